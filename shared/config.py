@@ -1,0 +1,51 @@
+"""Every setting callgate reads from the environment, in one typed place.
+
+Services build one `Settings` at start-up and pass it down; nothing else reads
+`os.environ` for configuration.  Provider endpoints and keys are deliberately *not*
+here: the official SDKs read `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`
+and `ANTHROPIC_API_KEY` themselves, and callgate never overrides them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Runtime settings; every field can be set as `CALLGATE_<NAME>` (REDIS_URL as is)."""
+
+    model_config = SettingsConfigDict(env_prefix="CALLGATE_", frozen=True, extra="ignore")
+
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        validation_alias="REDIS_URL",
+        description="Where the ledger and the streams live.",
+    )
+    key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
+    partitions: int = Field(default=1, ge=1, le=1024, description="N in hash(run_id) mod N.")
+
+    # Consumer-group behaviour (shared/streams.py).
+    claim_idle_ms: int = Field(
+        default=1500, ge=10, description="A pending message idle this long belongs to a dead consumer."
+    )
+    heartbeat_ms: int = Field(
+        default=500, ge=5, description="How often a live consumer refreshes its in-flight messages."
+    )
+    max_deliveries: int = Field(
+        default=5, ge=1, description="Deliveries after which a message goes to the dead-letter stream."
+    )
+    read_count: int = Field(default=64, ge=1, description="XREADGROUP COUNT per read.")
+    read_block_ms: int = Field(default=200, ge=1, description="XREADGROUP BLOCK per read.")
+    concurrency: int = Field(default=256, ge=1, description="In-flight messages per worker process.")
+    shutdown_grace_s: float = Field(
+        default=5.0, ge=0, description="How long a stopping worker lets in-flight work finish."
+    )
+
+    # Limits on what the model may send us.
+    max_argument_bytes: int = Field(default=16_384, ge=64)
+    max_argument_depth: int = Field(default=8, ge=1)
+    max_calls_per_turn: int = Field(default=16, ge=1)
+
+    # Retention of finished runs.
+    retention_s: int = Field(default=7 * 24 * 3600, ge=1)

@@ -1,0 +1,124 @@
+"""Stream messages: one frozen pydantic model per kind, one orjson codec.
+
+Every envelope carries a schema version, its own message id, the ``run_id`` and ``turn``
+it belongs to and, for per-call messages, the ``call_id``.  Validation is strict and
+extra fields are forbidden; anything that does not decode raises `EnvelopeError`, which
+the stream loop turns into a dead letter with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from shared.errors import EnvelopeError
+
+SCHEMA_VERSION = 1
+
+
+def new_id() -> str:
+    """A random 64-bit id in hex: unique enough per run, short in Redis."""
+    return os.urandom(8).hex()
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    v: Literal[1] = 1
+    """Schema version; a reader rejects versions it does not know."""
+    msg_id: str = Field(default_factory=new_id, min_length=1, max_length=64)
+    """Unique id of this message, for tracing and dedup."""
+    run_id: str = Field(min_length=1, max_length=128)
+    """The run this message belongs to; also selects the partition."""
+    turn: int = Field(ge=0)
+    """The model turn this message belongs to (1-based; 0 before the first turn)."""
+
+
+class _CallEnvelope(_Envelope):
+    call_id: str = Field(min_length=1, max_length=128)
+    """callgate's own id of the call (never the provider's, which the model controls)."""
+
+
+class TurnRequest(_Envelope):
+    """Ask the model_turn worker to run turn ``turn`` of the run."""
+
+    kind: Literal["turn_request"] = "turn_request"
+    reason: str = "next"
+    """Why the turn was requested: start, next, retry, resume, fix_answer."""
+
+
+class ValidateRequest(_Envelope):
+    """Ask the validator to decide every call the model requested in ``turn``."""
+
+    kind: Literal["validate_request"] = "validate_request"
+    call_ids: tuple[str, ...] = Field(min_length=1)
+    """The turn's calls, in provider order."""
+
+
+class ExecRequest(_CallEnvelope):
+    """Ask an executor to run one allowed or approved call."""
+
+    kind: Literal["exec_request"] = "exec_request"
+
+
+class CallResult(_CallEnvelope):
+    """A call reached a state the loop waits for; the ledger holds the result itself."""
+
+    kind: Literal["call_result"] = "call_result"
+    state: str
+    """The call's state when the message was written (succeeded, failed, rejected, …)."""
+
+
+class ReconcileRequest(_CallEnvelope):
+    """Ask the reconciler whether a write with an unknown outcome took effect."""
+
+    kind: Literal["reconcile_request"] = "reconcile_request"
+    attempt: int = Field(default=1, ge=1)
+    """Which check of the back-off schedule this is."""
+
+
+class ApprovalDecision(_CallEnvelope):
+    """A human's decision on a pending approval, posted by the Slack bot or the CLI."""
+
+    kind: Literal["approval_decision"] = "approval_decision"
+    approval_id: str = Field(min_length=1, max_length=128)
+    decision: Literal["approve", "deny"]
+    approver: str = Field(min_length=1, max_length=256)
+    """The verified identity of whoever decided (Slack user id or CLI user)."""
+    args_hash: str = Field(min_length=1, max_length=128)
+    """Hash of the canonical arguments the approver saw; must match the pending record."""
+    reason: str | None = Field(default=None, max_length=2000)
+    source: Literal["slack", "cli", "api"] = "cli"
+
+
+Envelope = Annotated[
+    TurnRequest | ValidateRequest | ExecRequest | CallResult | ReconcileRequest | ApprovalDecision,
+    Field(discriminator="kind"),
+]
+"""Any stream message; dispatch on ``.kind`` with `typing.assert_never` in the default."""
+
+_adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
+
+
+def encode(message: _Envelope) -> bytes:
+    return orjson.dumps(message.model_dump(mode="json"))
+
+
+def decode(data: bytes | str) -> Envelope:
+    """Parse and strictly validate one message, or raise `EnvelopeError` with the reason."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(f"not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise EnvelopeError(f"not a JSON object: {type(raw).__name__}")
+    try:
+        return _adapter.validate_python(raw)
+    except ValidationError as exc:
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise EnvelopeError(f"invalid envelope: {errors}") from exc

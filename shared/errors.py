@@ -1,0 +1,113 @@
+"""The one error tree of callgate.
+
+Whether to retry is data on the error, so a worker decides ack / retry / dead-letter
+from the error alone::
+
+    CallgateError                  retryable=False unless stated
+    ├── EnvelopeError              a stream message that is not a valid envelope
+    ├── TransitionError            a state change the state machine forbids
+    ├── ConflictError              a compare-and-set lost ("already taken")
+    ├── NotFoundError              a run, call or approval that does not exist
+    ├── RedisUnavailableError      the store did not answer (retryable)
+    ├── ToolError                  a tool's own failure, carried to the model as a result
+    └── ProviderError              a model request that failed, classified
+        ├── ProviderTimeoutError       retryable
+        ├── ProviderTransportError     retryable (connection dropped mid-stream)
+        ├── ProviderRateLimitedError   retryable, honours retry_after_s
+        ├── ProviderOverloadedError    retryable, honours retry_after_s
+        ├── ProviderServerError        retryable
+        └── ProviderBadRequestError    the API rejected our request; carries its message
+"""
+
+from __future__ import annotations
+
+
+class CallgateError(Exception):
+    """Base of every error callgate raises on purpose."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class EnvelopeError(CallgateError):
+    """A stream message failed decoding or validation; it goes to the dead-letter stream."""
+
+
+class TransitionError(CallgateError):
+    """An illegal transition; names the machine and both states."""
+
+    def __init__(self, machine: str, from_state: str, to_state: str) -> None:
+        super().__init__(f"illegal {machine} transition {from_state} -> {to_state}")
+        self.machine = machine
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+class ConflictError(CallgateError):
+    """Somebody else already made this transition; the loser must not act."""
+
+    def __init__(self, what: str, actual: str | None) -> None:
+        super().__init__(f"{what}: already taken (found {actual!r})")
+        self.what = what
+        self.actual = actual
+
+
+class NotFoundError(CallgateError):
+    """The record a message refers to does not exist."""
+
+
+class RedisUnavailableError(CallgateError):
+    retryable = True
+
+
+class ToolError(CallgateError):
+    """A tool failed; the message is what the model is told."""
+
+    def __init__(self, message: str, *, code: str = "tool_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ProviderError(CallgateError):
+    """A model request failed; `kind` is the classification recorded on the turn."""
+
+    kind = "provider_error"
+
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.status = status
+
+
+class ProviderTimeoutError(ProviderError):
+    kind = "timeout"
+    retryable = True
+
+
+class ProviderTransportError(ProviderError):
+    kind = "transport_error"
+    retryable = True
+
+
+class ProviderRateLimitedError(ProviderError):
+    kind = "rate_limited"
+    retryable = True
+
+
+class ProviderOverloadedError(ProviderError):
+    kind = "overloaded"
+    retryable = True
+
+
+class ProviderServerError(ProviderError):
+    kind = "server_error"
+    retryable = True
+
+
+class ProviderBadRequestError(ProviderError):
+    kind = "bad_request"

@@ -1,0 +1,79 @@
+"""Every Redis key and stream name, built in one place.
+
+A run lives in partition ``p = crc32(run_id) mod N``; all of its keys and the streams its
+messages travel on carry the hash tag ``{p<k>}``, so each atomic step touches one slot and
+works unchanged on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+STREAM_KINDS = ("turns", "validate", "exec", "results", "reconcile", "approvals")
+"""The hot-path streams, one per partition each (DESIGN §2)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key builder bound to a prefix and a partition count."""
+
+    prefix: str = "cg"
+    partitions: int = 1
+
+    def partition(self, run_id: str) -> int:
+        return zlib.crc32(run_id.encode()) % self.partitions
+
+    def tag(self, partition: int) -> str:
+        return f"{self.prefix}:{{p{partition}}}"
+
+    def _run_tag(self, run_id: str) -> str:
+        return self.tag(self.partition(run_id))
+
+    # Per-run records.
+    def run(self, run_id: str) -> str:
+        return f"{self._run_tag(run_id)}:run:{run_id}"
+
+    def history(self, run_id: str) -> str:
+        return f"{self._run_tag(run_id)}:hist:{run_id}"
+
+    def raw_responses(self, run_id: str) -> str:
+        return f"{self._run_tag(run_id)}:raw:{run_id}"
+
+    def call(self, run_id: str, call_id: str) -> str:
+        return f"{self._run_tag(run_id)}:call:{run_id}:{call_id}"
+
+    def turn_calls(self, run_id: str, turn: int) -> str:
+        """Ordered list of the call ids one turn produced (provider order)."""
+        return f"{self._run_tag(run_id)}:tcalls:{run_id}:{turn}"
+
+    def events(self, run_id: str) -> str:
+        return f"{self._run_tag(run_id)}:events:{run_id}"
+
+    def approval(self, run_id: str, approval_id: str) -> str:
+        return f"{self._run_tag(run_id)}:appr:{run_id}:{approval_id}"
+
+    # Streams.
+    def stream(self, kind: str, partition: int) -> str:
+        return f"{self.tag(partition)}:{kind}"
+
+    def run_stream(self, kind: str, run_id: str) -> str:
+        return self.stream(kind, self.partition(run_id))
+
+    def streams(self, kind: str) -> list[str]:
+        return [self.stream(kind, p) for p in range(self.partitions)]
+
+    def dead_letter(self, partition: int) -> str:
+        return f"{self.tag(partition)}:dead"
+
+    def dead_letter_for(self, stream: str) -> str:
+        """The dead-letter stream in the same slot as ``stream``."""
+        tag_end = stream.index("}") + 1
+        return f"{stream[:tag_end]}:dead"
+
+    # Global indexes (not per run; never part of a multi-key atomic step).
+    def runs_index(self) -> str:
+        return f"{self.prefix}:runs"
+
+    def approvals_index(self) -> str:
+        return f"{self.prefix}:approvals:pending"

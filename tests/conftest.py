@@ -1,0 +1,55 @@
+"""Shared fixtures: a private redis-server per test session, a fresh key prefix per test."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from shared.config import Settings
+from shared.embedded_redis import EmbeddedRedis
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis() as server:
+        yield server
+
+
+@pytest.fixture
+def settings(redis_server: EmbeddedRedis) -> Settings:
+    """Settings pointing at the private server, with a key prefix no other test uses."""
+    return Settings(
+        redis_url=redis_server.url,
+        key_prefix=f"t{uuid.uuid4().hex[:10]}",
+        claim_idle_ms=300,
+        heartbeat_ms=100,
+        read_block_ms=50,
+    )
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def subprocess_env(settings: Settings) -> dict[str, str]:
+    """Environment for worker subprocesses: the same Redis and prefix as the test."""
+    env = dict(os.environ)
+    env.update(
+        REDIS_URL=settings.redis_url,
+        CALLGATE_KEY_PREFIX=settings.key_prefix,
+        CALLGATE_CLAIM_IDLE_MS=str(settings.claim_idle_ms),
+        CALLGATE_HEARTBEAT_MS=str(settings.heartbeat_ms),
+        CALLGATE_READ_BLOCK_MS=str(settings.read_block_ms),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
