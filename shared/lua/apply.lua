@@ -1,7 +1,8 @@
 -- apply.lua: one guarded batch, all or nothing (Redis >= 6.2, plain EVAL/EVALSHA).
 --
--- Encoding (built by shared/tx.py): KEYS holds every key once; ARGV[1] = number of guards G,
--- then a flat list of entries `code, key_index, n, arg_1 .. arg_n`; the first G are guards.
+-- Encoding (built by shared/tx.py): KEYS holds every key once; ARGV[1] is one JSON array of
+-- strings: the number of guards G, then entries `code, key_index, n, arg_1 .. arg_n`; the
+-- first G entries are guards.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
 -- its key (as the earlier ops of this batch will have left it) and its arguments, so that no
@@ -14,7 +15,7 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local argv = ARGV
+local argv = cjson.decode(ARGV[1])
 local nguards = tonumber(argv[1])
 local entries = {}
 local pos = 2

@@ -1,0 +1,249 @@
+"""The ledger's records (DESIGN §3) and their mapping to and from one Redis hash each.
+
+Pure: no I/O.  Each field is one hash field, so a compare-and-set can read ``status`` or
+``state`` directly and ``HINCRBY`` can add usage.  The codec is chosen from the field's type:
+
+* ``str`` / enums / literals: stored as is;  ``int``: decimal;
+* anything else (dicts, lists): orjson;
+* ``None``: the field is absent (a partial update deletes it), so absent reads back as None.
+
+Unknown hash fields (written by a newer version) are ignored on read; updates are partial
+HSETs, so an older reader never erases them.  Forward-compatible data belongs in ``extra``.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from typing import Annotated, Any, Literal, Self
+
+import orjson
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+
+from shared.states import CallState, RunState
+
+RAW_ARGUMENTS_MAX_BYTES = 16_384
+"""The model's raw argument text is kept for audit, cut to this many UTF-8 bytes."""
+
+Api = Literal["openai-responses", "openai-chat", "anthropic-messages"]
+Effect = Literal["read", "idempotent_write", "write"]
+HashValue = str | bytes
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_hash(self) -> dict[str, HashValue]:
+        """Every non-None field, encoded for HSET."""
+        kinds = _kinds(type(self))
+        return {
+            name: _encode(kinds[name], value)
+            for name, value in self.model_dump(mode="json").items()
+            if value is not None
+        }
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Self:
+        """Parse an HGETALL reply (bytes or decoded) back into the record."""
+        kinds = _kinds(cls)
+        data: dict[str, Any] = {}
+        for k, v in raw.items():
+            name = k.decode() if isinstance(k, bytes) else k
+            kind = kinds.get(name)
+            if kind is None:
+                continue
+            text = v.decode() if isinstance(v, bytes) else v
+            data[name] = _decode(kind, text)
+        return cls.model_validate(data)
+
+
+def _encode(kind: str, value: Any) -> HashValue:
+    """One JSON-mode value (enums already their strings) to its hash form."""
+    return orjson.dumps(value) if kind == "json" else str(value)
+
+
+def _decode(kind: str, text: str) -> Any:
+    if kind == "int":
+        return int(text)
+    return orjson.loads(text) if kind == "json" else text
+
+
+class RunRecord(_Record):
+    """One run: what it may do, how far it got, and how it ended."""
+
+    run_id: str = Field(min_length=1, max_length=128)
+    status: RunState = RunState.QUEUED
+    api: Api
+    model: str
+    instructions: str | None = None
+    input: str
+    turn: int = Field(default=0, ge=0)
+    max_turns: int = Field(default=10, ge=1)
+    max_total_tokens: int | None = None
+    deadline_ms: int | None = None
+    """Wall-clock deadline (epoch ms) after which the run hands off."""
+    usage_input_tokens: int = 0
+    usage_output_tokens: int = 0
+    identity: dict[str, Any] = Field(default_factory=dict)
+    """Who the run acts for; the validator's authorization input."""
+    tool_modules: list[str] = Field(default_factory=list)
+    allowed_tools: list[str] | None = None
+    """None: every tool of ``tool_modules``."""
+    batch_policy: str = "hold_effects"
+    acceptance: dict[str, Any] | None = None
+    final_text: str | None = None
+    reason: str | None = None
+    created_ms: int = 0
+    updated_ms: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def ok_result(payload: Any) -> dict[str, Any]:
+    """A call's result when the tool succeeded."""
+    return {"status": "ok", "payload": payload}
+
+
+def error_result(code: str, message: str) -> dict[str, Any]:
+    """A call's result when it failed or was refused; the model sees ``code`` and ``message``."""
+    return {"status": "error", "error": {"code": code, "message": message}}
+
+
+def check_result(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Accept only ``{"status": "ok", "payload"}`` or ``{"status": "error", "error": {…}}``."""
+    if value is None:
+        return None
+    status = value.get("status")
+    if status == "ok" and "payload" in value:
+        return value
+    error = value.get("error")
+    if status == "error" and isinstance(error, dict) and {"code", "message"} <= error.keys():
+        return value
+    raise ValueError(f"not a call result: {value!r:.200}")
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes, never inside a character."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode(errors="ignore")
+
+
+def _cut_raw(text: str) -> str:
+    return truncate_utf8(text, RAW_ARGUMENTS_MAX_BYTES)
+
+
+class CallRecord(_Record):
+    """One tool call, keyed by callgate's own ``call_id``; its single recorded outcome."""
+
+    run_id: str = Field(min_length=1, max_length=128)
+    call_id: str = Field(min_length=1, max_length=128)
+    turn: int = Field(ge=0)
+    index: int = Field(ge=0)
+    """Position in the provider's order within the turn; results go back in this order."""
+    provider_call_id: str
+    tool: str
+    tool_version: str | None = None
+    arguments: dict[str, Any] | None = None
+    """The parsed, canonical arguments; None if they did not parse."""
+    raw_arguments: Annotated[str, AfterValidator(_cut_raw)] = ""
+    """The text the model sent, cut to `RAW_ARGUMENTS_MAX_BYTES`."""
+    args_hash: str | None = None
+    effect: Effect | None = None
+    resource_key: str | None = None
+    state: CallState = CallState.REQUESTED
+    decision: str | None = None
+    reason: str | None = None
+    approval_id: str | None = None
+    operation_id: str | None = None
+    """The idempotency key sent downstream; fixed before the first attempt."""
+    attempts: int = 0
+    result: Annotated[dict[str, Any] | None, AfterValidator(check_result)] = None
+    executor: str | None = None
+    """The consumer that took the call to ``executing``."""
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
+def encode_fields(
+    model: type[_Record], values: Mapping[str, Any]
+) -> tuple[dict[str, HashValue], list[str]]:
+    """Validate a partial update and encode it: (fields to HSET, fields to HDEL because None).
+
+    Raises ``ValueError`` for a field the record does not have or a value of the wrong type.
+    """
+    kinds = _kinds(model)
+    to_set: dict[str, HashValue] = {}
+    to_delete: list[str] = []
+    for name, value in values.items():
+        kind = kinds.get(name)
+        if kind is None:
+            raise ValueError(f"{model.__name__} has no field {name!r}")
+        checked = _adapter(model, name).validate_python(value)
+        if checked is None:
+            to_delete.append(name)
+        else:
+            to_set[name] = _encode(kind, _adapter(model, name).dump_python(checked, mode="json"))
+    return to_set, to_delete
+
+
+@cache
+def _adapter(model: type[_Record], name: str) -> TypeAdapter[Any]:
+    """The field's type with its constraints and validators, to check one value alone."""
+    info = model.model_fields[name]
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]
+    return TypeAdapter(annotation)
+
+
+@cache
+def _kinds(model: type[_Record]) -> dict[str, str]:
+    """Field name → codec (``str``, ``int`` or ``json``), read from the annotations."""
+    return {name: _kind(info.annotation) for name, info in model.model_fields.items()}
+
+
+def _kind(annotation: Any) -> str:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        return _kind(rest[0]) if len(rest) == 1 else "json"
+    if typing.get_origin(annotation) is Literal:
+        return "str" if all(isinstance(a, str) for a in args) else "json"
+    if isinstance(annotation, type) and issubclass(annotation, str):
+        return "str"
+    if annotation is int:
+        return "int"
+    return "json"
+
+
+class Event(BaseModel):
+    """One entry of a run's event log (stream fields ``t``, ``type``, ``d``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """The stream entry id; orders events within the run."""
+    t_ms: int
+    type: str
+    """What happened, e.g. ``run.transition`` or ``call.transition``."""
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Redacted details (never secrets or hidden reasoning)."""
+
+    @classmethod
+    def from_entry(cls, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> Event:
+        """Parse one XRANGE entry."""
+        raw = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
+        data = orjson.loads(raw["d"]) if "d" in raw else {}
+        return cls(
+            id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+            t_ms=int(raw.get("t", b"0")),
+            type=_text(raw.get("type", b"")),
+            data=data if isinstance(data, dict) else {"value": data},
+        )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

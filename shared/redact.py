@@ -1,0 +1,50 @@
+"""The one redaction pass every event payload goes through before it reaches the event log.
+
+The event log is read by people and shipped to other systems, so it must never hold secrets:
+keys that name credentials, fields a tool marks sensitive, and values that look like bearer
+tokens or API keys are replaced, and long strings are cut (an event summarises, the ledger
+records).  Pure; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any
+
+REDACTED = "[redacted]"
+MAX_EVENT_STRING = 512
+"""Strings longer than this are cut in events; the full value lives in the ledger record."""
+
+_SECRET_KEY = re.compile(
+    r"(^|_)(api_?key|authorization|auth|secret|client_secret|password|passwd|passphrase"
+    r"|token|access_token|refresh_token|id_token|cookie|set_cookie|credentials?|private_key"
+    r"|signing_key|session|session_id)($|_)"
+)
+"""Word-wise, so ``input_tokens`` and ``author`` stay readable while ``x_api_key`` does not."""
+_SECRET_VALUE = re.compile(
+    r"^(bearer\s+\S+|basic\s+\S+|sk-[A-Za-z0-9_-]{12,}|sk-ant-\S+|xox[abprs]-\S+)", re.IGNORECASE
+)
+
+
+def is_secret_key(key: str) -> bool:
+    return _SECRET_KEY.search(key.lower().replace("-", "_")) is not None
+
+
+def redact(data: Any, sensitive: Collection[str] = frozenset()) -> Any:
+    """A copy of ``data`` without secrets; ``sensitive`` adds field names a tool marks private."""
+    if isinstance(data, dict):
+        return {
+            key: REDACTED
+            if (isinstance(key, str) and (key in sensitive or is_secret_key(key)))
+            else redact(value, sensitive)
+            for key, value in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [redact(item, sensitive) for item in data]
+    if isinstance(data, str):
+        if _SECRET_VALUE.match(data):
+            return REDACTED
+        if len(data) > MAX_EVENT_STRING:
+            return f"{data[:MAX_EVENT_STRING]}…(+{len(data) - MAX_EVENT_STRING} chars)"
+    return data

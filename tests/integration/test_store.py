@@ -1,0 +1,349 @@
+"""The ledger against a real Redis: atomicity, compare-and-set races, outbox, slots, TTLs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from shared import envelopes
+from shared.config import Settings
+from shared.embedded_redis import free_port
+from shared.envelopes import ExecRequest, TurnRequest
+from shared.errors import ConflictError, NotFoundError, RedisUnavailableError, TransitionError
+from shared.keys import STREAM_KINDS, Keys
+from shared.records import CallRecord, RunRecord, ok_result
+from shared.redact import REDACTED
+from shared.states import CallState, RunState
+from shared.store import Ledger, Tx, TxRejectedError, runs_index
+
+C, R = CallState, RunState
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Keys:
+    return Keys(settings.key_prefix, settings.partitions)
+
+
+@pytest.fixture
+def ledger(redis: aioredis.Redis, keys: Keys, settings: Settings) -> Ledger:
+    return Ledger(redis, keys, settings)
+
+
+def _run(run_id: str = "run-1", **kw: object) -> RunRecord:
+    fields: dict[str, object] = {"api": "openai-responses", "model": "m", "input": "hi", **kw}
+    return RunRecord(run_id=run_id, **fields)  # type: ignore[arg-type]
+
+
+def _call(call_id: str = "t1.0", state: CallState = C.REQUESTED, **kw: object) -> CallRecord:
+    return CallRecord(
+        run_id="run-1", call_id=call_id, turn=1, index=0, provider_call_id=f"p-{call_id}",
+        tool="book", state=state, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+async def _stream_len(redis: aioredis.Redis, key: str) -> int:
+    return int(await redis.xlen(key))
+
+
+async def test_create_run_once_with_its_outbox(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    stream = keys.run_stream("turns", "run-1")
+    first = TurnRequest(run_id="run-1", turn=1, reason="start")
+    assert await ledger.create_run(_run(), [(stream, first)]) is True
+    assert await ledger.create_run(_run(input="other"), [(stream, first)]) is False
+    run = await ledger.get_run("run-1")
+    assert run is not None and run.input == "hi" and run.created_ms > 0
+    entries = await redis.xrange(stream)
+    assert len(entries) == 1 and envelopes.decode(entries[0][1][b"d"]) == first
+    assert await ledger.run_ids(keys.partition("run-1")) == ["run-1"]
+    assert [e.type for e in await ledger.events("run-1")] == ["run.created"]
+    assert await ledger.get_run("missing") is None
+
+
+async def test_fifty_contenders_exactly_one_takes_the_call(
+    ledger: Ledger, keys: Keys, settings: Settings
+) -> None:
+    await ledger.apply(ledger.create_call(Tx(), _call(state=C.APPROVED)))
+    clients = [aioredis.Redis.from_url(settings.redis_url) for _ in range(50)]
+    try:
+        await asyncio.gather(*(c.ping() for c in clients))  # connect first: race on the step only
+        contenders = [Ledger(c, keys, settings) for c in clients]
+
+        async def take(i: int, lg: Ledger) -> object:
+            tx = lg.call_transition(
+                Tx(), "run-1", "t1.0", C.APPROVED, C.EXECUTING, {"executor": f"exec-{i}"}
+            )
+            return await lg.apply(tx)
+
+        results = await asyncio.gather(*(take(i, lg) for i, lg in enumerate(contenders)))
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    winners = [i for i, r in enumerate(results) if r.ok]  # type: ignore[attr-defined]
+    assert len(winners) == 1
+    losers = [r for r in results if not r.ok]  # type: ignore[attr-defined]
+    assert len(losers) == 49
+    assert {r.actual for r in losers} == {"executing"}  # type: ignore[attr-defined]
+    assert all(r.failed.field == "state" for r in losers)  # type: ignore[attr-defined]
+    with pytest.raises(ConflictError, match="already taken"):
+        losers[0].raise_on_conflict("take t1.0")  # type: ignore[attr-defined]
+    call = await ledger.get_call("run-1", "t1.0")
+    assert call is not None and call.state == C.EXECUTING
+    assert call.executor == f"exec-{winners[0]}"
+    transitions = [e for e in await ledger.events("run-1") if e.type == "call.transition"]
+    assert len(transitions) == 1
+
+
+async def test_failed_guard_writes_neither_state_nor_outbox(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    await ledger.create_run(_run())
+    exec_stream = keys.run_stream("exec", "run-1")
+    events_before = await _stream_len(redis, keys.events("run-1"))
+    tx = ledger.run_transition(Tx(), "run-1", R.VALIDATING, R.EXECUTING, fields={"turn": 9})
+    ledger.outbox(tx, exec_stream, ExecRequest(run_id="run-1", turn=1, call_id="c"))
+    result = await ledger.apply(tx)
+    assert not result.ok and result.actual == "queued" and result.stream_ids == []
+    assert await redis.hget(keys.run("run-1"), "turn") == b"0"
+    assert await redis.exists(exec_stream) == 0
+    assert await _stream_len(redis, keys.events("run-1")) == events_before
+
+
+async def test_state_change_and_outbox_land_together(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    await ledger.create_run(_run())
+    exec_stream = keys.run_stream("exec", "run-1")
+    tx = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, fields={"turn": 1})
+    ledger.outbox(tx, exec_stream, ExecRequest(run_id="run-1", turn=1, call_id="c"))
+    result = await ledger.apply(tx)
+    assert result.ok and len(result.stream_ids) == 2  # the event, then the outbox message
+    entries = await redis.xrange(exec_stream)
+    assert [e[0].decode() for e in entries] == result.stream_ids[1:]
+    run = await ledger.get_run("run-1")
+    assert run is not None and run.status == R.AWAITING_MODEL and run.turn == 1
+
+
+async def test_a_late_op_that_would_fail_leaves_no_earlier_write(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    """WRONGTYPE on the last op: the script refuses before its first write."""
+    await ledger.create_run(_run())
+    bad = keys.history("run-1")
+    await redis.set(bad, "a string, not a list")
+    exec_stream = keys.run_stream("exec", "run-1")
+    before = await redis.hgetall(keys.run("run-1"))
+    events_before = await _stream_len(redis, keys.events("run-1"))
+    tx = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, fields={"turn": 1})
+    ledger.outbox(tx, exec_stream, ExecRequest(run_id="run-1", turn=1, call_id="c"))
+    tx.rpush(bad, b"{}")
+    with pytest.raises(TxRejectedError, match="rpush: key holds a string"):
+        await ledger.apply(tx)
+    assert await redis.hgetall(keys.run("run-1")) == before
+    assert await redis.exists(exec_stream) == 0
+    assert await _stream_len(redis, keys.events("run-1")) == events_before
+    # The same through apply_many.
+    with pytest.raises(TxRejectedError):
+        await ledger.apply_many([tx])
+    assert await redis.hgetall(keys.run("run-1")) == before
+
+
+async def test_op_checks_see_the_batch_itself(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    """Type and integer checks use what earlier ops of the same batch will have written."""
+    key, other = keys.run("x"), keys.history("x")
+    with pytest.raises(TxRejectedError, match="key holds a hash"):
+        await ledger.apply(Tx().hset(key, {"a": 1}).xadd(key, {"d": b"x"}))
+    with pytest.raises(TxRejectedError, match="not an integer"):
+        await ledger.apply(Tx().rpush(other, 1).hset(key, {"n": "abc"}).hincrby(key, "n", 1))
+    with pytest.raises(TxRejectedError, match="overflow"):
+        await ledger.apply(
+            Tx().hset(key, {"n": 9_223_000_000_000_000_000}).hincrby(key, "n", 2**53)
+        )
+    assert await redis.exists(key, other) == 0
+    ok = await ledger.apply(
+        Tx().hset(key, {"n": 5}).hincrby(key, "n", 2).hdel(key, "n").hincrby(key, "n", 3)
+    )
+    assert ok.ok and await redis.hget(key, "n") == b"3"
+
+
+async def test_illegal_transitions_raise_before_any_io(keys: Keys, settings: Settings) -> None:
+    dead = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
+    ledger = Ledger(dead, keys, settings)
+    tx = Tx()
+    with pytest.raises(TransitionError) as caught:
+        ledger.call_transition(tx, "run-1", "c", [C.EXECUTING, C.SUCCEEDED], C.UNKNOWN)
+    assert "succeeded" in str(caught.value) and "unknown" in str(caught.value)
+    with pytest.raises(TransitionError, match="completed -> awaiting_model"):
+        ledger.run_transition(tx, "run-1", R.COMPLETED, R.AWAITING_MODEL)
+    with pytest.raises(ValueError, match="no field"):
+        ledger.call_transition(tx, "run-1", "c", C.EXECUTING, C.FAILED, {"bogus": 1})
+    assert tx.guards == [] and tx.ops == 0 and tx.keys == []
+    # And the one place that maps a store that does not answer.
+    with pytest.raises(RedisUnavailableError):
+        await ledger.get_run("run-1")
+    with pytest.raises(RedisUnavailableError):
+        await ledger.apply_many([Tx().hset(keys.run("r"), {"a": 1})])
+    await dead.aclose()
+
+
+async def test_expect_turn_and_field_guards(ledger: Ledger, keys: Keys) -> None:
+    await ledger.create_run(_run())
+    stale = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, expect_turn=4)
+    result = await ledger.apply(stale)
+    assert not result.ok and result.failed is not None and result.failed.field == "turn"
+    assert result.actual == "0"
+    raw = ledger.save_raw_response(Tx(), "run-1", 1, {"id": "resp_1"})
+    assert (await ledger.apply(raw)).ok
+    again = await ledger.apply(ledger.save_raw_response(Tx(), "run-1", 1, {"id": "resp_2"}))
+    assert not again.ok and again.actual == '{"id":"resp_1"}'
+    assert await ledger.raw_responses("run-1") == {1: {"id": "resp_1"}}
+
+
+async def test_apply_many_pipelines_independent_steps(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    txs = [ledger.new_run(_run(f"run-{i}")) for i in range(5)]
+    txs.append(ledger.new_run(_run("run-0")))  # same run twice: the second create fails
+    await redis.script_flush()  # NOSCRIPT → load and resend
+    results = await ledger.apply_many(txs)
+    assert [r.ok for r in results] == [True] * 5 + [False]
+    assert results[-1].actual == "hash"
+    assert all(await asyncio.gather(*(ledger.get_run(f"run-{i}") for i in range(5))))
+
+
+async def test_calls_history_and_reads(ledger: Ledger, keys: Keys) -> None:
+    await ledger.create_run(_run(turn=1))
+    tx = Tx()
+    for i in range(3):
+        ledger.create_call(tx, _call(f"t1.{i}"))
+    ledger.set_turn_calls(tx, "run-1", 1, ["t1.2", "t1.0", "t1.1"])
+    ledger.append_history(tx, "run-1", [{"role": "user", "content": "hi"}, {"type": "x"}])
+    assert (await ledger.apply(tx)).ok
+    assert await ledger.turn_call_ids("run-1", 1) == ["t1.2", "t1.0", "t1.1"]
+    calls = await ledger.get_calls("run-1", await ledger.turn_call_ids("run-1", 1))
+    assert [c.call_id for c in calls] == ["t1.2", "t1.0", "t1.1"]
+    assert await ledger.history("run-1") == [{"role": "user", "content": "hi"}, {"type": "x"}]
+    with pytest.raises(NotFoundError):
+        await ledger.get_calls("run-1", ["t1.0", "nope"])
+    assert await ledger.reused_provider_call_ids("run-1", ["p-t1.1", "fresh"]) == ["p-t1.1"]
+    again = await ledger.apply(ledger.create_call(Tx(), _call("t1.0")))
+    assert not again.ok
+    missing = await ledger.apply(
+        ledger.call_transition(Tx(), "run-1", "zz", C.ALLOWED, C.EXECUTING)
+    )
+    assert not missing.ok and missing.actual is None
+
+
+async def test_events_are_redacted_but_the_ledger_keeps_the_values(
+    ledger: Ledger, keys: Keys
+) -> None:
+    await ledger.apply(ledger.create_call(Tx(), _call(state=C.EXECUTING)))
+    secret_args = {"card": "4111 1111", "api_key": "sk-live-000", "city": "Oslo"}
+    tx = ledger.call_transition(
+        Tx(), "run-1", "t1.0", C.EXECUTING, C.SUCCEEDED,
+        {"arguments": secret_args, "result": ok_result({"token": "abc", "n": 1})},
+        sensitive={"card"},
+    )  # fmt: skip
+    assert (await ledger.apply(tx)).ok
+    event = [e for e in await ledger.events("run-1") if e.type == "call.transition"][-1]
+    assert event.data["arguments"] == {"card": REDACTED, "api_key": REDACTED, "city": "Oslo"}
+    assert event.data["result"]["payload"] == {"token": REDACTED, "n": 1}
+    assert event.data["from"] == ["executing"] and event.data["to"] == "succeeded"
+    call = await ledger.get_call("run-1", "t1.0")
+    assert call is not None and call.arguments == secret_args
+
+
+async def test_none_fields_are_deleted(ledger: Ledger, keys: Keys, redis: aioredis.Redis) -> None:
+    await ledger.apply(ledger.create_call(Tx(), _call(state=C.EXECUTING, reason="slow")))
+    tx = ledger.call_transition(Tx(), "run-1", "t1.0", C.EXECUTING, C.EXECUTING, {"reason": None})
+    assert (await ledger.apply(tx)).ok
+    assert await redis.hexists(keys.call("run-1", "t1.0"), "reason") == 0
+    call = await ledger.get_call("run-1", "t1.0")
+    assert call is not None and call.reason is None
+
+
+async def test_finish_and_fail_run_set_retention_on_every_key(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis, settings: Settings
+) -> None:
+    await ledger.create_run(_run(turn=2, status=R.EXECUTING))
+    tx = Tx()
+    for turn in (1, 2):
+        ledger.create_call(tx, _call(f"t{turn}.0").model_copy(update={"turn": turn}))
+        ledger.set_turn_calls(tx, "run-1", turn, [f"t{turn}.0"])
+    ledger.append_history(tx, "run-1", [{"role": "user", "content": "hi"}])
+    ledger.save_raw_response(tx, "run-1", 1, {"id": "r"})
+    assert (await ledger.apply(tx)).ok
+    assert await ledger.fail_run("run-1", "dead letter: poison") is True
+    assert await ledger.fail_run("run-1", "again") is False  # already ended
+    run = await ledger.get_run("run-1")
+    assert run is not None and run.status == R.FAILED and run.reason == "dead letter: poison"
+    prefix = f"{keys.tag(keys.partition('run-1'))}:"
+    run_keys = [k for k in await redis.keys(f"{prefix}*") if b"run-1" in k]
+    assert len(run_keys) == 8  # run, history, raw, events, 2 calls, 2 turn lists
+    for key in run_keys:
+        ttl = await redis.ttl(key)
+        assert 0 < ttl <= settings.retention_s, key
+
+
+@pytest.mark.parametrize("partitions", [1, 8])
+async def test_every_key_of_a_run_shares_one_slot(
+    partitions: int, redis: aioredis.Redis, settings: Settings
+) -> None:
+    keys = Keys(settings.key_prefix, partitions)
+    used: set[int] = set()
+    for n in range(64):
+        run_id = f"run-{n}"
+        p = keys.partition(run_id)
+        names = [
+            keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
+            keys.call(run_id, "c1"), keys.turn_calls(run_id, 3), keys.events(run_id),
+            keys.approval(run_id, "a1"), keys.dead_letter(p), runs_index(keys, p),
+            *(keys.run_stream(kind, run_id) for kind in STREAM_KINDS),
+        ]  # fmt: skip
+        slots = {key_slot(name.encode()) for name in names}
+        assert len(slots) == 1, run_id
+        assert _crc16_slot(keys.run(run_id)) == slots.pop()
+        used.add(_crc16_slot(keys.run(run_id)))
+        tx = Tx()  # the builder agrees: one Tx may touch all of them
+        for name in names[:3]:
+            tx.hset(name, {"x": 1})
+    assert len(used) == partitions  # partitions really spread over slots
+    ledger = Ledger(redis, keys, settings)
+    tx = ledger.finish_run_ttl(Tx(), "run-5", ["c1", "c2"], 3, ["a1"])
+    tx.xadd(keys.run_stream("exec", "run-5"), {"d": b"x"})
+    assert (await ledger.apply(tx)).ok
+
+
+def _crc16_slot(key: str) -> int:
+    """Redis Cluster's slot function written out (CRC16/XMODEM of the hash tag, mod 16384)."""
+    data = key.encode()
+    start = data.find(b"{")
+    if start != -1:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
+    return crc % 16384
+
+
+async def test_values_survive_the_json_argument_byte_for_byte(
+    ledger: Ledger, keys: Keys, redis: aioredis.Redis
+) -> None:
+    tricky = 'nul\x00 tab\t "quote" \\slash\\ é 😀 \u2028 </script> \x7f ' + "x" * 70_000
+    key, stream = keys.run("bytes"), keys.events("bytes")
+    tx = Tx().hset(key, {"s": tricky, "b": tricky.encode()}).xadd(stream, {"d": tricky})
+    result = await ledger.apply(tx)
+    assert result.ok
+    assert await redis.hmget(key, ["s", "b"]) == [tricky.encode(), tricky.encode()]
+    assert (await redis.xrange(stream))[0][1][b"d"] == tricky.encode()
+    with pytest.raises(TypeError, match="UTF-8"):
+        Tx().hset(key, {"raw": b"\xff\xfe"})

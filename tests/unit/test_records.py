@@ -1,0 +1,241 @@
+"""Records ↔ Redis hash mapping, the Tx builder's encoding, and event redaction (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from redis.crc import key_slot
+
+from shared.records import (
+    RAW_ARGUMENTS_MAX_BYTES,
+    CallRecord,
+    Event,
+    RunRecord,
+    encode_fields,
+    error_result,
+    ok_result,
+)
+from shared.redact import REDACTED, redact
+from shared.states import CallState, RunState
+from shared.tx import Tx
+
+
+def _as_redis(mapping: dict[str, str | bytes]) -> dict[bytes, bytes]:
+    """What HGETALL gives back for what HSET stored."""
+    return {k.encode(): v if isinstance(v, bytes) else v.encode() for k, v in mapping.items()}
+
+
+def _full_run() -> RunRecord:
+    return RunRecord(
+        run_id="run-1",
+        status=RunState.EXECUTING,
+        api="anthropic-messages",
+        model="claude-x",
+        instructions="be brief",
+        input="book a flight",
+        turn=3,
+        max_turns=7,
+        max_total_tokens=5000,
+        deadline_ms=1_700_000_000_000,
+        usage_input_tokens=120,
+        usage_output_tokens=45,
+        identity={"user": "u1", "roles": ["agent"], "scope": {"account": 7}},
+        tool_modules=["services.demo.tools"],
+        allowed_tools=["search", "book"],
+        batch_policy="run_reads",
+        acceptance={"kind": "regex", "pattern": "^OK"},
+        final_text="",
+        reason="ü unicode ✓",
+        created_ms=1,
+        updated_ms=2,
+        extra={"future": {"x": [1, 2]}},
+    )
+
+
+def test_run_round_trip_full_and_minimal() -> None:
+    full = _full_run()
+    assert RunRecord.from_hash(_as_redis(full.to_hash())) == full
+    minimal = RunRecord(run_id="r", api="openai-chat", model="m", input="")
+    stored = minimal.to_hash()
+    assert "instructions" not in stored and "allowed_tools" not in stored  # None = absent
+    assert RunRecord.from_hash(_as_redis(stored)) == minimal
+    assert RunRecord.from_hash(stored) == minimal  # decoded replies work too
+
+
+def test_hash_fields_are_raw_where_redis_reads_them() -> None:
+    stored = _full_run().to_hash()
+    assert stored["status"] == "executing"  # the CAS guard compares this value
+    assert stored["turn"] == "3"
+    assert stored["usage_input_tokens"] == "120"  # HINCRBY adds to this
+    assert orjson.loads(stored["identity"]) == {
+        "user": "u1",
+        "roles": ["agent"],
+        "scope": {"account": 7},
+    }
+
+
+def test_empty_allowed_tools_is_not_none() -> None:
+    run = RunRecord(run_id="r", api="openai-chat", model="m", input="x", allowed_tools=[])
+    assert RunRecord.from_hash(_as_redis(run.to_hash())).allowed_tools == []
+
+
+def test_unknown_hash_fields_are_ignored() -> None:
+    stored = _as_redis(_full_run().to_hash())
+    stored[b"written_by_a_newer_version"] = b"whatever"
+    assert RunRecord.from_hash(stored) == _full_run()
+
+
+def test_call_round_trip() -> None:
+    call = CallRecord(
+        run_id="run-1", call_id="t1.0", turn=1, index=0, provider_call_id="call_abc",
+        tool="book", tool_version="2", arguments={"flight": "LH1", "seats": 2},
+        raw_arguments='{"flight": "LH1", "seats": 2}', args_hash="h", effect="write",
+        resource_key="flight:LH1", state=CallState.SUCCEEDED, decision="allow", reason=None,
+        approval_id="a1", operation_id="op1", attempts=1,
+        result=ok_result({"booking": "B7", "nested": [None, 1.5]}), executor="exec-1",
+        created_ms=10, updated_ms=11,
+    )  # fmt: skip
+    assert CallRecord.from_hash(_as_redis(call.to_hash())) == call
+    failed = call.model_copy(update={"result": error_result("tool_error", "no seats")})
+    assert CallRecord.from_hash(_as_redis(failed.to_hash())).result == {
+        "status": "error", "error": {"code": "tool_error", "message": "no seats"},
+    }  # fmt: skip
+
+
+def test_raw_arguments_are_cut_at_a_character_boundary() -> None:
+    raw = "é" * RAW_ARGUMENTS_MAX_BYTES  # two bytes each
+    call = CallRecord(
+        run_id="r", call_id="c", turn=1, index=0, provider_call_id="p", tool="t", raw_arguments=raw
+    )
+    assert len(call.raw_arguments.encode()) <= RAW_ARGUMENTS_MAX_BYTES
+    assert call.raw_arguments == "é" * (RAW_ARGUMENTS_MAX_BYTES // 2)
+
+
+def test_result_must_have_a_known_shape() -> None:
+    with pytest.raises(ValidationError):
+        CallRecord(
+            run_id="r", call_id="c", turn=1, index=0, provider_call_id="p", tool="t",
+            result={"status": "maybe"},
+        )  # fmt: skip
+
+
+def test_encode_fields_validates_and_deletes_none() -> None:
+    to_set, to_delete = encode_fields(
+        CallRecord, {"attempts": 2, "reason": None, "result": ok_result(1), "state": "failed"}
+    )
+    assert to_set["attempts"] == "2" and to_set["state"] == "failed"
+    assert orjson.loads(to_set["result"]) == {"status": "ok", "payload": 1}
+    assert to_delete == ["reason"]
+    with pytest.raises(ValueError, match="no field"):
+        encode_fields(CallRecord, {"nope": 1})
+    with pytest.raises(ValidationError):
+        encode_fields(CallRecord, {"state": "flying"})
+    with pytest.raises(ValidationError):
+        encode_fields(CallRecord, {"result": {"status": "ok"}})
+    cut, _ = encode_fields(CallRecord, {"raw_arguments": "x" * (RAW_ARGUMENTS_MAX_BYTES + 9)})
+    assert len(cut["raw_arguments"]) == RAW_ARGUMENTS_MAX_BYTES
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    identity=st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+    text=st.text(max_size=50),
+    turn=st.integers(0, 10_000),
+)
+def test_run_round_trip_property(identity: dict[str, Any], text: str, turn: int) -> None:
+    run = RunRecord(
+        run_id="r", api="openai-responses", model=text or "m", input=text, instructions=text,
+        identity=identity, turn=turn, extra={"v": identity},
+    )  # fmt: skip
+    assert RunRecord.from_hash(_as_redis(run.to_hash())) == run
+
+
+def test_event_from_stream_entry() -> None:
+    event = Event.from_entry(b"1-0", {b"t": b"5", b"type": b"run.created", b"d": b'{"a":1}'})
+    assert event == Event(id="1-0", t_ms=5, type="run.created", data={"a": 1})
+
+
+# ---- redaction ------------------------------------------------------------------------------
+
+
+def test_redact_removes_secrets_and_keeps_the_rest() -> None:
+    data = {
+        "api_key": "k", "Authorization": "Bearer abc", "headers": {"X-Api-Key": "k2"},
+        "client_secret": "s", "password": "p", "refresh_token": "t", "token": "t",
+        "usage_input_tokens": 12, "author": "ann", "note": "Bearer eyJhbGciOi",
+        "key": "sk-abcdefghijklmnop1234", "items": [{"secret": 1}, {"card": "4111"}],
+    }  # fmt: skip
+    clean = redact(data, sensitive={"card"})
+    for name in ("api_key", "Authorization", "client_secret", "password", "refresh_token",
+                 "token", "note", "key"):  # fmt: skip
+        assert clean[name] == REDACTED, name
+    assert clean["headers"] == {"X-Api-Key": REDACTED}
+    assert clean["items"] == [{"secret": REDACTED}, {"card": REDACTED}]
+    assert clean["usage_input_tokens"] == 12 and clean["author"] == "ann"
+    assert data["api_key"] == "k"  # the input is not changed
+
+
+def test_redact_cuts_long_strings() -> None:
+    clean = redact({"final_text": "x" * 5000})
+    assert len(clean["final_text"]) < 600 and clean["final_text"].endswith("chars)")
+
+
+# ---- the Tx builder ------------------------------------------------------------------------
+
+
+def test_tx_refuses_keys_of_two_slots() -> None:
+    tx = Tx().hset("cg:{p0}:run:a", {"x": 1})
+    with pytest.raises(ValueError, match="slot"):
+        tx.xadd("cg:{p1}:exec", {"d": b"x"})
+    assert tx.slot == key_slot(b"cg:{p0}:run:a")
+
+
+def test_tx_encoding_is_flat_and_counts_guards() -> None:
+    tx = Tx().expect("{a}k", "state", "x", "y").expect_missing("{a}n").hset("{a}k", {"f": 1})
+    keys, argv = tx.encode()
+    assert keys == ["{a}k", "{a}n"]
+    assert argv == [
+        "2",
+        "in",
+        "1",
+        "3",
+        "state",
+        "x",
+        "y",
+        "nx",
+        "2",
+        "0",
+        "hset",
+        "1",
+        "2",
+        "f",
+        "1",
+    ]
+
+
+def test_tx_splits_large_writes_and_rejects_bad_values() -> None:
+    tx = Tx().rpush("{a}l", *range(2500))
+    assert tx.ops == 3
+    with pytest.raises(TypeError):
+        Tx().hset("{a}k", {"f": True})
+    with pytest.raises(ValueError):
+        Tx().hset("{a}k", {})
+    with pytest.raises(ValueError):
+        Tx().zadd("{a}z", {"m": float("nan")})
+    with pytest.raises(ValueError):
+        Tx().hincrby("{a}k", "f", 2**60)
+    with pytest.raises(ValueError):
+        Tx().expire("{a}k", 0)
