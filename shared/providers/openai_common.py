@@ -1,0 +1,93 @@
+"""What the two OpenAI adapters share: the client and the SDK error boundary."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import openai
+
+from shared.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
+from shared.providers.base import FailureKind
+from shared.providers.common import (
+    error_message,
+    kind_for_status,
+    make_error,
+    map_transport_errors,
+    version_header,
+)
+
+PROVIDER = "openai"
+SDK_VERSION: str = openai.__version__
+
+# Error codes / types seen in error bodies that arrive without an HTTP status (an `error`
+# event inside a 200 stream, or `response.error` of a failed response).
+ERROR_CODES: dict[str, FailureKind] = {
+    "rate_limit_exceeded": "rate_limited",
+    "insufficient_quota": "rate_limited",
+    "tokens": "rate_limited",
+    "requests": "rate_limited",
+    "server_error": "server_error",
+    "server_is_overloaded": "overloaded",
+    "overloaded": "overloaded",
+    "invalid_request_error": "bad_request",
+    "invalid_prompt": "bad_request",
+    "context_length_exceeded": "bad_request",
+}
+# Retrying cannot help these even though they come as 429.
+NOT_RETRYABLE_CODES = frozenset({"insufficient_quota"})
+
+
+def make_client() -> openai.AsyncOpenAI:
+    """Endpoint and key come from OPENAI_BASE_URL / OPENAI_API_KEY; retries are the
+    model_turn worker's job (counted against the run's budget), so the SDK makes none."""
+    return openai.AsyncOpenAI(max_retries=0)
+
+
+def api_version(client: openai.AsyncOpenAI) -> str | None:
+    return version_header(client.default_headers, "openai-version")
+
+
+def _codes(body: object) -> list[str]:
+    if not isinstance(body, dict):
+        return []
+    inner = body.get("error")
+    found = [body.get("code"), body.get("type")]
+    if isinstance(inner, dict):
+        found = [inner.get("code"), inner.get("type"), *found]
+    return [c for c in found if isinstance(c, str)]
+
+
+def error_from_body(body: object, fallback: str, *, status: int | None = None) -> ProviderError:
+    """Classify an error body that has no meaningful HTTP status, by its code then type."""
+    codes = _codes(body)
+    kinds = [ERROR_CODES[c] for c in codes if c in ERROR_CODES]
+    kind: FailureKind = kinds[0] if kinds else "server_error"
+    retryable = False if NOT_RETRYABLE_CODES.intersection(codes) else None
+    return make_error(kind, error_message(body, fallback), status=status, retryable=retryable)
+
+
+@contextlib.contextmanager
+def map_errors() -> Iterator[None]:
+    """Map every openai SDK exception to the error tree, once, at the boundary."""
+    try:
+        with map_transport_errors():
+            yield
+    except openai.APITimeoutError as exc:
+        raise ProviderTimeoutError(f"timed out: {exc.message}") from exc
+    except openai.APIConnectionError as exc:
+        cause = exc.__cause__
+        raise ProviderTransportError(f"{exc.message} ({cause!r})") from exc
+    except openai.APIStatusError as exc:
+        codes = _codes(exc.body)
+        raise make_error(
+            kind_for_status(exc.status_code),
+            error_message(exc.body, exc.message),
+            status=exc.status_code,
+            headers=exc.response.headers,
+            retryable=False if NOT_RETRYABLE_CODES.intersection(codes) else None,
+        ) from exc
+    except openai.APIError as exc:
+        # The SDK raises a bare APIError for a stream event carrying an `error` object,
+        # i.e. inside a 200 response.
+        raise error_from_body(exc.body, exc.message, status=200) from exc
