@@ -1,0 +1,114 @@
+"""What the conversation so far looks like, read from each protocol's request body.
+
+Step selection needs only a protocol-neutral summary: how many assistant turns were already
+taken, which tool results are present (by tool name, in history order) and the latest user text.
+Pairing a result to its tool name goes through the provider's own key (`call_id`,
+`tool_call_id`, `tool_use_id`). Malformed histories are the rules module's business; here
+anything unexpected is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    name: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Conversation:
+    assistant_turns: int
+    results: tuple[ToolResult, ...]
+    last_user_text: str
+
+    def results_named(self, name: str) -> list[ToolResult]:
+        return [r for r in self.results if r.name == name]
+
+
+def flatten(content: Any) -> str:
+    """Text of a string or a list of content parts/blocks (`text` of each part, joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def _count_runs(flags: list[bool]) -> int:
+    """Number of maximal runs of True (consecutive assistant items form one turn)."""
+    return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+
+
+def from_responses(body: dict[str, Any]) -> Conversation:
+    raw = body.get("input")
+    if isinstance(raw, str):
+        return Conversation(0, (), raw)
+    items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []
+    names: dict[str, str] = {}
+    results: list[ToolResult] = []
+    flags: list[bool] = []
+    last_user = ""
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            names[str(item.get("call_id"))] = str(item.get("name"))
+        elif kind == "function_call_output":
+            cid = str(item.get("call_id"))
+            results.append(ToolResult(cid, names.get(cid, ""), flatten(item.get("output"))))
+        elif kind == "message" and item.get("role") == "user":
+            last_user = flatten(item.get("content"))
+        assistant = kind in ("function_call", "reasoning") or (
+            kind == "message" and item.get("role") == "assistant"
+        )
+        flags.append(assistant)
+    return Conversation(_count_runs(flags), tuple(results), last_user)
+
+
+def from_chat(body: dict[str, Any]) -> Conversation:
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    names: dict[str, str] = {}
+    results: list[ToolResult] = []
+    last_user = ""
+    for msg in messages:
+        role = msg.get("role")
+        if role == "assistant":
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                names[str(call.get("id"))] = str(fn.get("name"))
+        elif role == "tool":
+            cid = str(msg.get("tool_call_id"))
+            results.append(ToolResult(cid, names.get(cid, ""), flatten(msg.get("content"))))
+        elif role == "user":
+            last_user = flatten(msg.get("content"))
+    flags = [m.get("role") == "assistant" for m in messages]
+    return Conversation(_count_runs(flags), tuple(results), last_user)
+
+
+def from_anthropic(body: dict[str, Any]) -> Conversation:
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    names: dict[str, str] = {}
+    results: list[ToolResult] = []
+    last_user = ""
+    for msg in messages:
+        content = msg.get("content")
+        blocks = content if isinstance(content, list) else []
+        if msg.get("role") == "assistant":
+            for b in blocks:
+                if isinstance(b, dict) and b.get("type") == "tool_use":
+                    names[str(b.get("id"))] = str(b.get("name"))
+            continue
+        texts = [b for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+        if isinstance(content, str) or texts:
+            last_user = content if isinstance(content, str) else flatten(texts)
+        for b in blocks:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                cid = str(b.get("tool_use_id"))
+                results.append(ToolResult(cid, names.get(cid, ""), flatten(b.get("content"))))
+    flags = [m.get("role") == "assistant" for m in messages]
+    return Conversation(_count_runs(flags), tuple(results), last_user)
