@@ -27,17 +27,23 @@ class Settings(BaseSettings):
 
     # Consumer-group behaviour (shared/streams.py).
     claim_idle_ms: int = Field(
-        default=1500, ge=10, description="A pending message idle this long belongs to a dead consumer."
+        default=1500,
+        ge=10,
+        description="A pending message idle this long belongs to a dead consumer.",
     )
     heartbeat_ms: int = Field(
         default=500, ge=5, description="How often a live consumer refreshes its in-flight messages."
     )
     max_deliveries: int = Field(
-        default=5, ge=1, description="Deliveries after which a message goes to the dead-letter stream."
+        default=5,
+        ge=1,
+        description="Deliveries after which a message goes to the dead-letter stream.",
     )
     read_count: int = Field(default=64, ge=1, description="XREADGROUP COUNT per read.")
     read_block_ms: int = Field(default=200, ge=1, description="XREADGROUP BLOCK per read.")
-    concurrency: int = Field(default=256, ge=1, description="In-flight messages per worker process.")
+    concurrency: int = Field(
+        default=256, ge=1, description="In-flight messages per worker process."
+    )
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, description="How long a stopping worker lets in-flight work finish."
     )
@@ -46,6 +52,31 @@ class Settings(BaseSettings):
     max_argument_bytes: int = Field(default=16_384, ge=64)
     max_argument_depth: int = Field(default=8, ge=1)
     max_calls_per_turn: int = Field(default=16, ge=1)
+
+    # Model requests (shared/providers, services/model_turn.py).
+    model_timeout_s: float = Field(default=60.0, gt=0, description="Per model request.")
+    model_max_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Retries of 429/529/5xx/transport errors per turn (SDK retries are off).",
+    )
+    max_output_tokens: int | None = Field(default=1024, ge=1)
+
+    # Tool execution (services/executor.py).
+    tool_timeout_s: float = Field(default=10.0, gt=0, description="Default when a tool sets none.")
+
+    # Reconciliation of writes with an unknown outcome (services/reconciler.py).
+    reconcile_schedule_s: tuple[float, ...] = Field(
+        default=(0.0, 0.5, 1.0, 2.0, 4.0),
+        description="Delay before each check; still unknown after the last → pause and notify.",
+    )
+
+    # Approvals.
+    approval_ttl_s: float = Field(default=3600.0, gt=0, description="A pending approval expires.")
+    approvers: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description='Approver roles per user, e.g. {"carol": ["events-lead"]}.',
+    )
 
     # Retention of finished runs.
     retention_s: int = Field(default=7 * 24 * 3600, ge=1)

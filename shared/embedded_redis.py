@@ -42,7 +42,9 @@ def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
     import redis
 
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
         try:
             return bool(client.ping())
         finally:
@@ -57,7 +59,9 @@ class EmbeddedRedis:
 
     port: int = field(default_factory=free_port)
     appendonly: bool = False
-    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="callgate-redis-")))
+    directory: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="callgate-redis-"))
+    )
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,13 +71,20 @@ class EmbeddedRedis:
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         args = [
             find_redis_server(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.directory),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "always",
-            "--logfile", str(self.directory / "redis.log"),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "always",
+            "--logfile",
+            str(self.directory / "redis.log"),
         ]
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -62,6 +62,8 @@ class ExecRequest(_CallEnvelope):
     """Ask an executor to run one allowed or approved call."""
 
     kind: Literal["exec_request"] = "exec_request"
+    chain: tuple[str, ...] = ()
+    """Calls on the same resource to run after this one, in order, once it is terminal."""
 
 
 class CallResult(_CallEnvelope):
@@ -78,6 +80,8 @@ class ReconcileRequest(_CallEnvelope):
     kind: Literal["reconcile_request"] = "reconcile_request"
     attempt: int = Field(default=1, ge=1)
     """Which check of the back-off schedule this is."""
+    chain: tuple[str, ...] = ()
+    """Calls on the same resource waiting for this one to be resolved."""
 
 
 class ApprovalDecision(_CallEnvelope):
@@ -94,8 +98,21 @@ class ApprovalDecision(_CallEnvelope):
     source: Literal["slack", "cli", "api"] = "cli"
 
 
+class ApprovalExpired(_CallEnvelope):
+    """A pending approval's expiry time came (posted by the arq deferred job)."""
+
+    kind: Literal["approval_expired"] = "approval_expired"
+    approval_id: str = Field(min_length=1, max_length=128)
+
+
 Envelope = Annotated[
-    TurnRequest | ValidateRequest | ExecRequest | CallResult | ReconcileRequest | ApprovalDecision,
+    TurnRequest
+    | ValidateRequest
+    | ExecRequest
+    | CallResult
+    | ReconcileRequest
+    | ApprovalDecision
+    | ApprovalExpired,
     Field(discriminator="kind"),
 ]
 """Any stream message; dispatch on ``.kind`` with `typing.assert_never` in the default."""

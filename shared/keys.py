@@ -53,6 +53,13 @@ class Keys:
     def approval(self, run_id: str, approval_id: str) -> str:
         return f"{self._run_tag(run_id)}:appr:{run_id}:{approval_id}"
 
+    def pending_approvals(self, partition: int) -> str:
+        """Sorted set (by expiry) of ``"<run_id> <approval_id>"`` still waiting for a human."""
+        return f"{self.tag(partition)}:approvals:pending"
+
+    def run_pending_approvals(self, run_id: str) -> str:
+        return self.pending_approvals(self.partition(run_id))
+
     # Streams.
     def stream(self, kind: str, partition: int) -> str:
         return f"{self.tag(partition)}:{kind}"
@@ -74,6 +81,3 @@ class Keys:
     # Global indexes (not per run; never part of a multi-key atomic step).
     def runs_index(self) -> str:
         return f"{self.prefix}:runs"
-
-    def approvals_index(self) -> str:
-        return f"{self.prefix}:approvals:pending"

@@ -17,8 +17,12 @@ from typing import Any
 import orjson
 
 SECRET_KEY_PARTS = ("api_key", "apikey", "authorization", "secret", "password", "token", "cookie")
-_ENV_SECRETS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CALLGATE_SLACK_SIGNING_SECRET",
-                "CALLGATE_SLACK_BOT_TOKEN")
+_ENV_SECRETS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "CALLGATE_SLACK_SIGNING_SECRET",
+    "CALLGATE_SLACK_BOT_TOKEN",
+)
 MASK = "[redacted]"
 
 

@@ -1,0 +1,222 @@
+"""executor worker: runs allowed and approved calls, each exactly once per decision.
+
+Taking a call is a compare-and-set (``allowed|approved → executing``, attempt n → n+1), so a
+redelivered message never starts a second execution while the first is alive.  A message
+redelivered because its executor died finds the call still ``executing``: a read is redone,
+an idempotent write is retried with the same operation id, and a write becomes ``unknown``
+and goes to the reconciler — never replayed (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from shared.crashpoints import crash_point
+from shared.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
+from shared.errors import EnvelopeError, NotFoundError, ToolError
+from shared.logs import log_fields
+from shared.records import CallRecord, RunRecord, error_result, ok_result
+from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from shared.states import CallState
+from shared.streams import Delivery, Handler
+from shared.tools import Effect, Identity, Tool, ToolContext, load_registry
+from shared.tx import Tx
+
+log = logging.getLogger("callgate.executor")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one execution ended: a terminal state with its result, or ``unknown``."""
+
+    state: CallState
+    result: dict[str, Any] | None
+
+
+class Executor:
+    def __init__(self, runtime: Runtime, session: aiohttp.ClientSession) -> None:
+        self.rt = runtime
+        self.ledger = runtime.ledger
+        self.session = session
+
+    async def handle(self, message: Envelope, delivery: Delivery) -> None:
+        match message:
+            case ExecRequest():
+                await self.on_exec(message)
+            case _:
+                raise EnvelopeError(f"executor does not handle {message.kind!r}")
+
+    async def on_exec(self, message: ExecRequest) -> None:
+        call = await self.ledger.get_call(message.run_id, message.call_id)
+        run = await self.ledger.get_run(message.run_id)
+        if call is None or run is None:
+            raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
+        tool = load_registry(run.tool_modules).get(call.tool)
+        if tool is None:
+            raise NotFoundError(f"tool {call.tool!r} is not registered")
+        if call.state == CallState.EXECUTING and tool.effect is Effect.WRITE:
+            await self._orphaned_write(call, message)
+            return
+        if call.state not in (CallState.ALLOWED, CallState.APPROVED, CallState.EXECUTING):
+            return  # done already: its outcome and the next message were written together
+        attempt = call.attempts + 1
+        if not await self._take(call, attempt):
+            return
+        broken = await self._approval_binding_error(call, tool)
+        if broken is not None:
+            outcome = Outcome(CallState.FAILED, error_result("approval_mismatch", broken))
+        else:
+            outcome = await self._execute(run, call, tool, attempt)
+        crash_point("executor.after_request")
+        await self._record(call, attempt, outcome, message.chain)
+        crash_point("executor.after_persist")
+
+    async def _take(self, call: CallRecord, attempt: int) -> bool:
+        """allowed|approved → executing, or re-take an orphaned read (attempt n → n+1)."""
+        tx = Tx()
+        if call.state == CallState.EXECUTING:
+            tx.expect(self.rt.keys.call(call.run_id, call.call_id), "attempts", str(call.attempts))
+        self.ledger.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [call.state],
+            CallState.EXECUTING,
+            fields={"attempts": attempt, "executor": self.rt.consumer},
+        )
+        result = await self.ledger.apply(tx)
+        return result.ok
+
+    async def _approval_binding_error(self, call: CallRecord, tool: Tool[Any]) -> str | None:
+        """Re-check, just before dispatch, that the approval still binds this exact call."""
+        if call.approval_id is None:
+            return None
+        approval = await self.ledger.get_approval(call.run_id, call.approval_id)
+        if approval is None:
+            return "the approval record is missing"
+        if approval.state != "approved":
+            return f"the approval is {approval.state}, not approved"
+        if approval.args_hash != call.args_hash or approval.call_id != call.call_id:
+            return "the arguments differ from the approved ones"
+        if approval.tool_version != tool.version:
+            return f"the tool changed from version {approval.tool_version} to {tool.version}"
+        return None
+
+    async def _execute(
+        self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
+    ) -> Outcome:
+        ctx = ToolContext(
+            run_id=call.run_id,
+            call_id=call.call_id,
+            turn=call.turn,
+            identity=Identity.model_validate(run.identity),
+            session=self.session,
+            attempt=attempt,
+        )
+        args = tool.validate(call.arguments or {})
+        started = time.perf_counter()
+        try:
+            payload = await asyncio.wait_for(
+                tool.execute(ctx, args, call.operation_id or call.call_id), tool.timeout_s
+            )
+            return Outcome(CallState.SUCCEEDED, ok_result(payload))
+        except ToolError as exc:
+            return Outcome(CallState.FAILED, error_result(exc.code, exc.message))
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if tool.effect is Effect.WRITE:
+                return Outcome(CallState.UNKNOWN, None)
+            code = "timeout" if isinstance(exc, TimeoutError) else "unavailable"
+            message = (
+                f"{tool.name} did not answer within {tool.timeout_s:g} s"
+                if code == "timeout"
+                else f"{tool.name} is unavailable: {type(exc).__name__}"
+            )
+            return Outcome(CallState.FAILED, error_result(code, message))
+        finally:
+            log.info(
+                "executed",
+                extra=log_fields(
+                    run_id=call.run_id,
+                    call_id=call.call_id,
+                    tool=tool.name,
+                    attempt=attempt,
+                    elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+                ),
+            )
+
+    async def _record(
+        self, call: CallRecord, attempt: int, outcome: Outcome, chain: tuple[str, ...]
+    ) -> None:
+        """The outcome, its message and the next call of the chain, in one atomic step."""
+        keys = self.rt.keys
+        tx = Tx()
+        tx.expect(keys.call(call.run_id, call.call_id), "attempts", str(attempt))
+        fields: dict[str, Any] = {}
+        if outcome.result is not None:
+            fields["result"] = outcome.result
+        self.ledger.call_transition(
+            tx, call.run_id, call.call_id, [CallState.EXECUTING], outcome.state, fields=fields
+        )
+        if outcome.state == CallState.UNKNOWN:
+            self.ledger.outbox(
+                tx,
+                keys.run_stream("reconcile", call.run_id),
+                ReconcileRequest(
+                    run_id=call.run_id, turn=call.turn, call_id=call.call_id, chain=chain
+                ),
+            )
+        else:
+            self._report(tx, call, outcome.state, chain)
+        await asyncio.shield(self.ledger.apply(tx))
+
+    def _report(self, tx: Tx, call: CallRecord, state: CallState, chain: tuple[str, ...]) -> None:
+        keys = self.rt.keys
+        self.ledger.outbox(
+            tx,
+            keys.run_stream("results", call.run_id),
+            CallResult(run_id=call.run_id, turn=call.turn, call_id=call.call_id, state=state.value),
+        )
+        if chain:
+            self.ledger.outbox(
+                tx,
+                keys.run_stream("exec", call.run_id),
+                ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]),
+            )
+
+    async def _orphaned_write(self, call: CallRecord, message: ExecRequest) -> None:
+        """A write found ``executing`` after its executor died: its outcome is unknown."""
+        tx = Tx()
+        tx.expect(self.rt.keys.call(call.run_id, call.call_id), "attempts", str(call.attempts))
+        self.ledger.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.EXECUTING],
+            CallState.UNKNOWN,
+            fields={"reason": "executor died while the write was in flight"},
+        )
+        self.ledger.outbox(
+            tx,
+            self.rt.keys.run_stream("reconcile", call.run_id),
+            ReconcileRequest(
+                run_id=call.run_id, turn=call.turn, call_id=call.call_id, chain=message.chain
+            ),
+        )
+        await self.ledger.apply(tx)
+
+
+async def _make_handler(runtime: Runtime) -> Handler:
+    session = aiohttp.ClientSession()
+    return Executor(runtime, session).handle
+
+
+SPEC = ServiceSpec("executor", ("exec",), _make_handler, fail_run_for_dead_letter)
+
+if __name__ == "__main__":
+    main(SPEC)

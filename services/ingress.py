@@ -1,0 +1,204 @@
+"""ingress worker (arq): turns a ``start_run`` job into a run record and its first turn request.
+
+arq carries what streams do not do well: the job other services enqueue (JSON, never pickle,
+see `shared.jobs`), delayed work and periodic sweeps.  arq is at-least-once and its job-id
+dedup lasts only while a result is kept, so creating a run is the ledger's create-once step:
+the run record, its first history item, its deadline entry and ``TurnRequest(turn=1)`` on the
+turns stream land in one guarded atomic step, and a second start of the same run id is a
+no-op however it arrives.
+
+``python -m services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for up to
+``shutdown_grace_s`` (arq's ``job_completion_wait``), then stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from arq import Retry
+from arq.cron import cron
+from arq.worker import Worker, func
+
+from shared.config import Settings
+from shared.envelopes import TurnRequest
+from shared.errors import CallgateError
+from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from shared.keys import Keys
+from shared.logs import log_fields, setup_logging
+from shared.providers import get_adapter
+from shared.runspec import RunSpecError, parse_spec, to_run_record
+from shared.service import Runtime, build_runtime
+from shared.states import RUN_TERMINAL, RunState
+from shared.store import now_ms
+from shared.tools import load_registry
+from shared.tx import Tx
+
+log = logging.getLogger("callgate.ingress")
+
+SWEEP_EVERY_S = 10
+SWEEP_BATCH = 200
+DEADLINE_REACHED = "deadline reached"
+
+
+def deadlines_index(keys: Keys, partition: int) -> str:
+    """Sorted set of the partition's run ids by ``deadline_ms``, in the partition's slot.
+
+    Same slot as the run, so the entry is written in the run's create-once step.
+    """
+    return f"{keys.tag(partition)}:deadlines"
+
+
+# -- start_run -------------------------------------------------------------------------------
+
+
+def _check_tools(tool_modules: Sequence[str], allowed: Sequence[str] | None) -> None:
+    """Fail the spec now, with a clear reason, if its tools would fail every turn later."""
+    try:
+        registry = load_registry(tool_modules)
+    except (ImportError, ValueError, TypeError) as exc:
+        raise RunSpecError([f"tool_modules: {exc}"]) from exc
+    missing = registry.unknown(allowed or ())
+    if missing:
+        raise RunSpecError([f"allowed_tools: not in tool_modules: {', '.join(missing)}"])
+
+
+async def start_run(ctx: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """Create the run once: record, first history item, deadline entry, turn-1 request.
+
+    The run id is the spec's, else the arq job id (so a foreign client that only sets the job
+    id still gets one run per job).  Returns ``{"run_id", "created"}``; ``created`` is False
+    when the run existed already.
+    """
+    rt: Runtime = ctx["runtime"]
+    parsed = parse_spec(spec)
+    run_id = parsed.run_id or str(ctx.get("job_id") or "")
+    if parsed.run_id is None:
+        parsed = parse_spec({**spec, "run_id": run_id})
+    _check_tools(parsed.tool_modules, parsed.allowed_tools)
+    run = to_run_record(parsed, now_ms())
+    turn_1 = TurnRequest(run_id=run_id, turn=1, reason="start")
+    tx = rt.ledger.new_run(run, outbox=[(rt.keys.run_stream("turns", run_id), turn_1)])
+    rt.ledger.append_history(tx, run_id, get_adapter(run.api).initial_history(run.input))
+    if run.deadline_ms is not None:
+        index = deadlines_index(rt.keys, rt.keys.partition(run_id))
+        tx.zadd(index, {run_id: float(run.deadline_ms)})
+    try:
+        # Shielded: a shutdown must not abandon the one write that makes the run exist.
+        result = await asyncio.shield(rt.ledger.apply(tx))
+    except CallgateError as exc:
+        if exc.retryable:
+            raise Retry(defer=1.0) from exc
+        raise
+    log.info("run started" if result.ok else "run exists already",
+             extra=log_fields(run_id=run_id, api=run.api, model=run.model))
+    return {"run_id": run_id, "created": result.ok}
+
+
+# -- deadline sweep --------------------------------------------------------------------------
+
+
+async def hand_off_expired(rt: Runtime, run_id: str, now: int) -> bool:
+    """Hand off one run whose deadline passed; drop its index entry once it is settled."""
+    index = deadlines_index(rt.keys, rt.keys.partition(run_id))
+    run = await rt.ledger.get_run(run_id)
+    if run is None or run.status in RUN_TERMINAL or run.deadline_ms is None:
+        await rt.redis.zrem(index, run_id)
+        return False
+    if run.deadline_ms > now:
+        return False
+    call_ids = await rt.ledger.run_call_ids(run_id, run.turn)
+    tx = rt.ledger.run_transition(
+        Tx(), run_id, run.status, RunState.HANDED_OFF, fields={"reason": DEADLINE_REACHED}
+    )
+    rt.ledger.finish_run_ttl(tx, run_id, call_ids, run.turn)
+    tx.zrem(index, run_id)
+    # Guarded on the status just read: a run that moved meanwhile is retried next sweep.
+    result = await asyncio.shield(rt.ledger.apply(tx))
+    if result.ok:
+        log.info("run handed off", extra=log_fields(run_id=run_id, reason=DEADLINE_REACHED))
+    return result.ok
+
+
+async def sweep_deadlines(ctx: dict[str, Any]) -> int:
+    """Periodic: hand off every non-terminal run past its ``deadline_ms``; returns how many."""
+    rt: Runtime = ctx["runtime"]
+    now = now_ms()
+    handed = 0
+    for partition in range(rt.keys.partitions):
+        due = await rt.redis.zrangebyscore(
+            deadlines_index(rt.keys, partition), "-inf", now, start=0, num=SWEEP_BATCH
+        )
+        for raw in due:
+            run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
+            handed += await hand_off_expired(rt, run_id, now)
+    return handed
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+def create_worker(
+    settings: Settings, *, burst: bool = False, handle_signals: bool = True
+) -> Worker:
+    """The arq worker for ``settings``: JSON jobs, prefixed queue, one deadline sweep cron."""
+
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        ctx["runtime"] = build_runtime("ingress", settings)
+
+    async def on_shutdown(ctx: dict[str, Any]) -> None:
+        runtime: Runtime | None = ctx.pop("runtime", None)
+        if runtime is not None:
+            await runtime.close()
+
+    sweep = cron(
+        sweep_deadlines,
+        name="sweep_deadlines",
+        second=set(range(0, 60, SWEEP_EVERY_S)),
+        job_id=f"cron:{settings.key_prefix}:sweep_deadlines",
+        run_at_startup=not burst,
+        timeout=30,
+    )
+    return Worker(
+        functions=[func(start_run, name=START_RUN)],
+        cron_jobs=[sweep],
+        queue_name=queue_name(settings),
+        redis_settings=redis_settings(settings),
+        burst=burst,
+        on_startup=on_startup,
+        on_shutdown=on_shutdown,
+        handle_signals=handle_signals,
+        job_completion_wait=max(1, round(settings.shutdown_grace_s)),
+        job_timeout=60,
+        poll_delay=0.05 if burst else 0.2,
+        job_serializer=job_serializer,
+        job_deserializer=job_deserializer,
+        log_results=False,
+    )
+
+
+async def serve(settings: Settings, *, burst: bool = False) -> Worker:
+    """Run the worker until drained (burst) or stopped by a signal; always close it."""
+    worker = create_worker(settings, burst=burst)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker.async_run()
+    finally:
+        await worker.close()
+    return worker
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.ingress")
+    parser.add_argument("--burst", action="store_true", help="run queued jobs, then exit")
+    args = parser.parse_args(argv)
+    setup_logging("ingress")
+    asyncio.run(serve(Settings(), burst=args.burst))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""model_turn worker: asks the model for a turn, and starts the next turn once results are in.
+
+Two kinds of message reach it: `TurnRequest` (call the provider, record the raw response and
+what it means, hand tool requests to the validator) and `CallResult` (when every call of the
+turn is terminal, append the results to the history in provider order and request the next
+turn).  Both end in one guarded atomic step on the run, so redeliveries and racing replicas
+are no-ops: a turn is requested exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import assert_never
+
+import orjson
+
+from shared.acceptance import check_acceptance
+from shared.crashpoints import crash_point
+from shared.envelopes import CallResult, Envelope, TurnRequest, ValidateRequest
+from shared.errors import EnvelopeError, NotFoundError
+from shared.logs import log_fields
+from shared.loop import (
+    AskToFix,
+    Finish,
+    NextTurn,
+    RetryModel,
+    StartCalls,
+    Wait,
+    after_model,
+    after_results,
+    budget_end,
+)
+from shared.providers import get_adapter
+from shared.providers.base import (
+    FinalAnswer,
+    ProviderAdapter,
+    ToolResultInput,
+    TurnInput,
+    TurnOutcome,
+)
+from shared.records import CallRecord, RunRecord
+from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from shared.states import RUN_TERMINAL, RunState
+from shared.store import Ledger
+from shared.streams import Delivery, Handler
+from shared.tools import load_registry
+from shared.tx import Tx
+
+log = logging.getLogger("callgate.model_turn")
+
+WAITING_FOR_RESULTS = (
+    RunState.VALIDATING,
+    RunState.EXECUTING,
+    RunState.PAUSED_APPROVAL,
+    RunState.PAUSED_UNKNOWN_OUTCOME,
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ModelTurn:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.ledger: Ledger = runtime.ledger
+        self._adapters: dict[str, ProviderAdapter] = {}
+
+    def adapter(self, api: str) -> ProviderAdapter:
+        if api not in self._adapters:
+            self._adapters[api] = get_adapter(api)
+        return self._adapters[api]
+
+    async def handle(self, message: Envelope, delivery: Delivery) -> None:
+        match message:
+            case TurnRequest():
+                await self.on_turn_request(message)
+            case CallResult():
+                await self.on_call_result(message)
+            case _:
+                raise EnvelopeError(f"model_turn does not handle {message.kind!r}")
+
+    # -- a turn ---------------------------------------------------------------------------
+
+    async def on_turn_request(self, message: TurnRequest) -> None:
+        run = await self._run(message.run_id)
+        if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
+            return  # stale or duplicate: the turn was taken already
+        ended = budget_end(run, now_ms())
+        if ended is not None:
+            await self._finish(run, Finish(RunState.HANDED_OFF, reason=ended), None)
+            return
+        adapter = self.adapter(run.api)
+        registry = load_registry(run.tool_modules)
+        turn_input = TurnInput(
+            model=run.model,
+            history=await self.ledger.history(run.run_id),
+            tools=registry.specs(run.allowed_tools),
+            instructions=run.instructions,
+            max_output_tokens=self.rt.settings.max_output_tokens,
+            timeout_s=self.rt.settings.model_timeout_s,
+        )
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = await adapter.complete(turn_input)
+            crash_point("model_turn.after_request")
+            acceptance_error = None
+            if isinstance(outcome.event, FinalAnswer):
+                acceptance_error = check_acceptance(run.acceptance, outcome.event.text)
+            step = after_model(
+                run,
+                outcome.event,
+                attempt=attempt,
+                max_retries=self.rt.settings.model_max_retries,
+                acceptance_error=acceptance_error,
+            )
+            if not isinstance(step, RetryModel):
+                break
+            await self._note_retry(run, outcome, step, attempt)
+            await asyncio.sleep(step.delay_s)
+        match step:
+            case Finish():
+                await self._finish(run, step, outcome)
+            case StartCalls():
+                await self._start_calls(run, step, outcome)
+            case AskToFix():
+                await self._ask_to_fix(run, step, outcome, adapter)
+            case _:
+                assert_never(step)
+        crash_point("model_turn.after_outbox")
+
+    def _turn_tx(self, run: RunRecord, outcome: TurnOutcome | None) -> Tx:
+        """The part every end of a turn shares: the raw response, usage, the event."""
+        tx = Tx()
+        if outcome is None:
+            return tx
+        record = outcome.record
+        keys = self.rt.keys
+        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): orjson.dumps(record.to_json())})
+        tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
+        tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
+        self.ledger.event(
+            tx,
+            run.run_id,
+            "model.response",
+            turn=run.turn,
+            response_id=record.response_id,
+            outcome=outcome.event.kind,
+            input_tokens=record.input_tokens,
+            output_tokens=record.output_tokens,
+        )
+        return tx
+
+    async def _finish(self, run: RunRecord, step: Finish, outcome: TurnOutcome | None) -> None:
+        tx = self._turn_tx(run, outcome)
+        if outcome is not None and step.status == RunState.COMPLETED:
+            tx.rpush(self.rt.keys.history(run.run_id), *_items(outcome.record.assistant_items))
+        fields: dict[str, str] = {}
+        if step.text is not None:
+            fields["final_text"] = step.text
+        if step.reason is not None:
+            fields["reason"] = step.reason
+        self.ledger.run_transition(
+            tx,
+            run.run_id,
+            [RunState.AWAITING_MODEL],
+            step.status,
+            expect_turn=run.turn,
+            fields=fields,
+        )
+        if step.status in RUN_TERMINAL:
+            call_ids = await self.ledger.run_call_ids(run.run_id, run.turn)
+            self.ledger.finish_run_ttl(tx, run.run_id, call_ids, turns=run.turn)
+        await self.ledger.apply(tx)
+
+    async def _start_calls(self, run: RunRecord, step: StartCalls, outcome: TurnOutcome) -> None:
+        reused = await self.ledger.reused_provider_call_ids(
+            run.run_id, [c.provider_call_id for c in step.calls]
+        )
+        if reused:
+            reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
+            await self._finish(run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome)
+            return
+        keys = self.rt.keys
+        tx = self._turn_tx(run, outcome)
+        created = now_ms()
+        call_ids: list[str] = []
+        for index, call in enumerate(step.calls):
+            record = CallRecord(
+                run_id=run.run_id,
+                call_id=f"t{run.turn}.{index}",
+                turn=run.turn,
+                index=index,
+                provider_call_id=call.provider_call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                raw_arguments=call.raw_arguments,
+                created_ms=created,
+                updated_ms=created,
+            )
+            call_ids.append(record.call_id)
+            self.ledger.create_call(tx, record)
+        tx.rpush(keys.turn_calls(run.run_id, run.turn), *call_ids)
+        tx.rpush(keys.history(run.run_id), *_items(outcome.record.assistant_items))
+        self.ledger.run_transition(
+            tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING, expect_turn=run.turn
+        )
+        self.ledger.outbox(
+            tx,
+            keys.run_stream("validate", run.run_id),
+            ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
+        )
+        await self.ledger.apply(tx)
+
+    async def _ask_to_fix(
+        self, run: RunRecord, step: AskToFix, outcome: TurnOutcome, adapter: ProviderAdapter
+    ) -> None:
+        tx = self._turn_tx(run, outcome)
+        items = [*outcome.record.assistant_items, *adapter.correction_items(step.message)]
+        self._advance(tx, run, items, reason="fix_answer")
+        self.ledger.event(tx, run.run_id, "answer.rejected", turn=run.turn, reason=step.message)
+        await self.ledger.apply(tx)
+
+    async def _note_retry(
+        self, run: RunRecord, outcome: TurnOutcome, step: RetryModel, attempt: int
+    ) -> None:
+        tx = Tx()
+        self.ledger.event(
+            tx,
+            run.run_id,
+            "model.retry",
+            turn=run.turn,
+            attempt=attempt,
+            reason=step.reason,
+            delay_s=step.delay_s,
+        )
+        await self.ledger.apply(tx)
+        log.info(
+            "model retry",
+            extra=log_fields(
+                run_id=run.run_id, turn=run.turn, reason=step.reason, delay_s=step.delay_s
+            ),
+        )
+
+    def _advance(self, tx: Tx, run: RunRecord, items: list[dict[str, object]], reason: str) -> None:
+        """Append ``items`` to the history and request the next turn, guarded on this turn."""
+        keys = self.rt.keys
+        if items:
+            tx.rpush(keys.history(run.run_id), *_items(items))
+        sources = (
+            [run.status] if run.status != RunState.AWAITING_MODEL else [RunState.AWAITING_MODEL]
+        )
+        self.ledger.run_transition(
+            tx,
+            run.run_id,
+            sources,
+            RunState.AWAITING_MODEL,
+            expect_turn=run.turn,
+            fields={"turn": run.turn + 1},
+        )
+        self.ledger.outbox(
+            tx,
+            keys.run_stream("turns", run.run_id),
+            TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason=reason),
+        )
+
+    # -- results ----------------------------------------------------------------------------
+
+    async def on_call_result(self, message: CallResult) -> None:
+        run = await self._run(message.run_id)
+        if run.turn != message.turn or run.status not in WAITING_FOR_RESULTS:
+            return
+        call_ids = await self.ledger.turn_call_ids(run.run_id, run.turn)
+        calls = tuple(await self.ledger.get_calls(run.run_id, call_ids))
+        step = after_results(calls)
+        match step:
+            case Wait():
+                return
+            case Finish():
+                tx = Tx()
+                self.ledger.run_transition(
+                    tx,
+                    run.run_id,
+                    [run.status],
+                    step.status,
+                    expect_turn=run.turn,
+                    fields={"reason": step.reason or ""},
+                )
+                await self.ledger.apply(tx)
+            case NextTurn(calls=ordered):
+                adapter = self.adapter(run.api)
+                results = [_result_input(call) for call in ordered]
+                tx = Tx()
+                self._advance(tx, run, adapter.result_items(results), reason="next")
+                result = await self.ledger.apply(tx)
+                if result.ok:
+                    crash_point("model_turn.after_outbox")
+            case _:
+                assert_never(step)
+
+    async def _run(self, run_id: str) -> RunRecord:
+        run = await self.ledger.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"run {run_id} does not exist")
+        return run
+
+
+def _items(items: list[dict[str, object]]) -> list[bytes]:
+    return [orjson.dumps(item) for item in items]
+
+
+def _result_input(call: CallRecord) -> ToolResultInput:
+    """What the model is told about one call: its payload, or a structured error."""
+    result = call.result or {"status": "error", "error": {"code": "no_result", "message": ""}}
+    if result["status"] == "ok":
+        return ToolResultInput(call.provider_call_id, _json_text(result["payload"]), False)
+    return ToolResultInput(call.provider_call_id, _json_text({"error": result["error"]}), True)
+
+
+def _json_text(value: object) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+async def _make_handler(runtime: Runtime) -> Handler:
+    return ModelTurn(runtime).handle
+
+
+SPEC = ServiceSpec("model_turn", ("turns", "results"), _make_handler, fail_run_for_dead_letter)
+
+if __name__ == "__main__":
+    main(SPEC)

@@ -1,0 +1,196 @@
+"""reconciler worker: settles writes whose outcome is unknown, without ever replaying them.
+
+For a call in ``unknown`` it asks the authoritative system, through the tool's
+``reconcile(operation_id)``, on a back-off schedule: one matching effect → ``succeeded`` with
+the confirmed result; none → ``failed`` ("not applied"); still unknown after the last check →
+``unresolved``: the run pauses (``paused_unknown_outcome``) and a human is notified (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+import orjson
+
+from shared.crashpoints import crash_point
+from shared.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
+from shared.errors import EnvelopeError, NotFoundError
+from shared.records import CallRecord, RunRecord, error_result, ok_result
+from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from shared.states import CallState, RunState
+from shared.streams import Delivery, Handler
+from shared.tools import Identity, Reconciliation, Tool, ToolContext, load_registry
+from shared.tx import Tx
+
+log = logging.getLogger("callgate.reconciler")
+
+NOT_APPLIED = "the write was not applied; a retry needs a new decision"
+
+
+class Reconciler:
+    def __init__(self, runtime: Runtime, session: aiohttp.ClientSession) -> None:
+        self.rt = runtime
+        self.ledger = runtime.ledger
+        self.session = session
+
+    async def handle(self, message: Envelope, delivery: Delivery) -> None:
+        match message:
+            case ReconcileRequest():
+                await self.on_reconcile(message)
+            case _:
+                raise EnvelopeError(f"reconciler does not handle {message.kind!r}")
+
+    async def on_reconcile(self, message: ReconcileRequest) -> None:
+        call = await self.ledger.get_call(message.run_id, message.call_id)
+        run = await self.ledger.get_run(message.run_id)
+        if call is None or run is None:
+            raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
+        if call.state == CallState.UNKNOWN:
+            tx = self.ledger.call_transition(
+                Tx(), call.run_id, call.call_id, [CallState.UNKNOWN], CallState.RECONCILING
+            )
+            if not (await self.ledger.apply(tx)).ok:
+                return
+        elif call.state != CallState.RECONCILING:
+            return  # settled already
+        tool = load_registry(run.tool_modules).get(call.tool)
+        if tool is None or tool.reconcile is None:
+            raise NotFoundError(f"tool {call.tool!r} cannot reconcile")
+        schedule = self.rt.settings.reconcile_schedule_s
+        for attempt, delay_s in enumerate(schedule, start=1):
+            if attempt < message.attempt:
+                continue
+            await asyncio.sleep(delay_s)
+            answer = await self._ask(run, call, tool, attempt)
+            self._note(call, attempt, answer)
+            if answer.found != "unknown":
+                await self._settle(call, answer, message.chain)
+                return
+        await self._give_up(run, call)
+
+    async def _ask(
+        self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
+    ) -> Reconciliation:
+        assert tool.reconcile is not None
+        ctx = ToolContext(
+            run_id=call.run_id,
+            call_id=call.call_id,
+            turn=call.turn,
+            identity=Identity.model_validate(run.identity),
+            session=self.session,
+            attempt=attempt,
+        )
+        try:
+            answer = await asyncio.wait_for(
+                tool.reconcile(ctx, tool.validate(call.arguments or {}), call.operation_id or ""),
+                tool.timeout_s,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.info("reconcile inconclusive: %s", type(exc).__name__)
+            return Reconciliation("unknown")
+        crash_point("reconciler.after_check")
+        return answer
+
+    def _note(self, call: CallRecord, attempt: int, answer: Reconciliation) -> None:
+        log.info(
+            "reconcile check",
+            extra={
+                "fields": {
+                    "run_id": call.run_id,
+                    "call_id": call.call_id,
+                    "attempt": attempt,
+                    "found": answer.found,
+                }
+            },
+        )
+
+    async def _settle(
+        self, call: CallRecord, answer: Reconciliation, chain: tuple[str, ...]
+    ) -> None:
+        keys = self.rt.keys
+        if answer.found == "applied":
+            state, result = CallState.SUCCEEDED, ok_result(answer.result or {})
+        else:
+            state, result = CallState.FAILED, error_result("not_applied", NOT_APPLIED)
+        tx = self.ledger.call_transition(
+            Tx(),
+            call.run_id,
+            call.call_id,
+            [CallState.RECONCILING],
+            state,
+            fields={"result": result, "reason": f"reconciled: {answer.found}"},
+        )
+        self.ledger.outbox(
+            tx,
+            keys.run_stream("results", call.run_id),
+            CallResult(run_id=call.run_id, turn=call.turn, call_id=call.call_id, state=state.value),
+        )
+        if chain:
+            self.ledger.outbox(
+                tx,
+                keys.run_stream("exec", call.run_id),
+                ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]),
+            )
+        await asyncio.shield(self.ledger.apply(tx))
+
+    async def _give_up(self, run: RunRecord, call: CallRecord) -> None:
+        """Still unknown: pause the run and tell a human; nothing is replayed."""
+        keys = self.rt.keys
+        tx = self.ledger.call_transition(
+            Tx(),
+            call.run_id,
+            call.call_id,
+            [CallState.RECONCILING],
+            CallState.UNRESOLVED,
+            fields={"reason": "outcome still unknown after every reconciliation check"},
+        )
+        reason = (
+            f"write outcome unknown: {call.tool} ({call.call_id}, operation {call.operation_id})"
+        )
+        self.ledger.run_transition(
+            tx,
+            run.run_id,
+            [RunState.EXECUTING, RunState.PAUSED_APPROVAL],
+            RunState.PAUSED_UNKNOWN_OUTCOME,
+            expect_turn=call.turn,
+            fields={"reason": reason},
+        )
+        tx.xadd(
+            keys.run_stream("notify", run.run_id),
+            {
+                "d": orjson.dumps(
+                    {
+                        "type": "unknown_outcome",
+                        "run_id": run.run_id,
+                        "call_id": call.call_id,
+                        "tool": call.tool,
+                        "detail": reason,
+                    }
+                )
+            },
+        )
+        result = await asyncio.shield(self.ledger.apply(tx))
+        if not result.ok:
+            # The run was not in a state to pause (e.g. cancelled); settle the call alone.
+            tx = self.ledger.call_transition(
+                Tx(),
+                call.run_id,
+                call.call_id,
+                [CallState.RECONCILING],
+                CallState.UNRESOLVED,
+                fields={"reason": "outcome still unknown after every reconciliation check"},
+            )
+            await self.ledger.apply(tx)
+
+
+async def _make_handler(runtime: Runtime) -> Handler:
+    return Reconciler(runtime, aiohttp.ClientSession()).handle
+
+
+SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, fail_run_for_dead_letter)
+
+if __name__ == "__main__":
+    main(SPEC)

@@ -1,0 +1,141 @@
+"""`RunSpec`: what another service sends to start a run, checked strictly before anything exists.
+
+The spec arrives as JSON (the arq ``start_run`` job, `callgate run`, any language), so it is
+validated in pydantic's strict mode with unknown fields forbidden: a typo such as
+``max_turn`` must fail loudly rather than silently run with the default budget.  A spec that
+does not validate raises `RunSpecError` with one line per problem, and no record is created.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shared.envelopes import new_id
+from shared.errors import CallgateError
+from shared.records import Api, RunRecord
+from shared.states import RunState
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+ACCEPTANCE_RULES = frozenset({"contains", "json_schema", "validator"})
+
+
+class RunSpecError(CallgateError):
+    """A run spec that does not validate; ``problems`` lists ``field: message`` lines."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid run spec: " + "; ".join(problems))
+        self.problems = problems
+
+
+class RunSpec(BaseModel):
+    """One run request: the task, who it acts for, what it may use, and its budget."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    run_id: str | None = Field(default=None, min_length=1, max_length=128, pattern=_RUN_ID)
+    """Callers normally leave it out and the client mints one; it is also the arq job id."""
+    api: Api
+    """The provider wire protocol: openai-responses, openai-chat or anthropic-messages."""
+    model: str = Field(min_length=1, max_length=256)
+    input: str = Field(min_length=1, max_length=200_000)
+    """The user's task, the first user message."""
+    instructions: str | None = Field(default=None, max_length=100_000)
+    """System / developer instructions."""
+    identity: dict[str, Any]
+    """Who the run acts for; must name at least ``user``. Authorization input, never trusted
+    from the model."""
+    tool_modules: list[str] = Field(default_factory=list, max_length=32)
+    """Dotted module names whose tools the run may use."""
+    allowed_tools: list[str] | None = Field(default=None, max_length=256)
+    """A narrower allow-list of tool names; None means every tool of ``tool_modules``."""
+    max_turns: int = Field(default=10, ge=1, le=1000)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    deadline_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    """Wall-clock budget from the moment the run is created."""
+    acceptance: dict[str, Any] | None = None
+    """A rule for the final answer (shared/acceptance.py): contains, json_schema or validator."""
+    batch_policy: str = Field(default="hold_effects", min_length=1, max_length=64)
+
+    @field_validator("identity")
+    @classmethod
+    def _identity_names_user(cls, value: dict[str, Any]) -> dict[str, Any]:
+        user = value.get("user")
+        if not isinstance(user, str) or not user.strip():
+            raise ValueError('identity must name a non-empty "user"')
+        return value
+
+    @field_validator("tool_modules")
+    @classmethod
+    def _modules_are_dotted_names(cls, value: list[str]) -> list[str]:
+        bad = [m for m in value if not _MODULE.match(m)]
+        if bad:
+            raise ValueError(f"not a dotted module name: {', '.join(map(repr, bad))}")
+        return value
+
+    @field_validator("acceptance")
+    @classmethod
+    def _known_acceptance_rule(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and (len(value) != 1 or not value.keys() <= ACCEPTANCE_RULES):
+            raise ValueError(
+                f"acceptance must be exactly one of {sorted(ACCEPTANCE_RULES)}, got {sorted(value)}"
+            )
+        return value
+
+
+def parse_spec(data: object) -> RunSpec:
+    """Validate ``data`` (a JSON object) as a `RunSpec`, or raise `RunSpecError`."""
+    if isinstance(data, RunSpec):
+        return data
+    if not isinstance(data, dict):
+        raise RunSpecError([f"a run spec is a JSON object, not {type(data).__name__}"])
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise RunSpecError([_problem(e) for e in exc.errors()]) from exc
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "spec"
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif error["type"] == "missing":
+        message = "required"
+    return f"{where}: {message}"
+
+
+def with_run_id(spec: RunSpec) -> RunSpec:
+    """The spec with a run id, minting one if the caller left it out."""
+    if spec.run_id is not None:
+        return spec
+    return spec.model_copy(update={"run_id": f"run-{new_id()}"})
+
+
+def to_run_record(spec: RunSpec, now_ms: int) -> RunRecord:
+    """The run record a new run starts with: awaiting the model for turn 1."""
+    if spec.run_id is None:
+        raise RunSpecError(["run_id: required to create a run"])
+    deadline_ms = None if spec.deadline_s is None else now_ms + int(spec.deadline_s * 1000)
+    return RunRecord(
+        run_id=spec.run_id,
+        status=RunState.AWAITING_MODEL,
+        api=spec.api,
+        model=spec.model,
+        instructions=spec.instructions,
+        input=spec.input,
+        turn=1,
+        max_turns=spec.max_turns,
+        max_total_tokens=spec.max_total_tokens,
+        deadline_ms=deadline_ms,
+        identity=dict(spec.identity),
+        tool_modules=list(spec.tool_modules),
+        allowed_tools=None if spec.allowed_tools is None else list(spec.allowed_tools),
+        batch_policy=spec.batch_policy,
+        acceptance=spec.acceptance,
+        created_ms=now_ms,
+        updated_ms=now_ms,
+    )

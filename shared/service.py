@@ -1,0 +1,115 @@
+"""The one way a worker process starts: settings, logging, Redis, ledger, stream loop.
+
+`services/<name>.py` modules stay thin: they define a handler factory and call
+`run_service`; reading, acking, reclaiming and shutdown live in `shared/streams.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from shared.config import Settings
+from shared.keys import Keys
+from shared.logs import setup_logging
+from shared.store import Ledger
+from shared.streams import DeadLetter, Handler, StreamWorker, install_signal_handlers
+
+log = logging.getLogger("callgate.service")
+
+
+@dataclass
+class Runtime:
+    """What every handler needs, built once per process."""
+
+    name: str
+    settings: Settings
+    redis: aioredis.Redis
+    keys: Keys
+    ledger: Ledger
+    consumer: str
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def consumer_name(service: str) -> str:
+    return f"{service}-{socket.gethostname()}-{os.getpid()}"
+
+
+def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
+    settings = settings or Settings()
+    client = aioredis.Redis.from_url(
+        settings.redis_url, health_check_interval=5, socket_keepalive=True
+    )
+    keys = Keys(settings.key_prefix, settings.partitions)
+    return Runtime(
+        name, settings, client, keys, Ledger(client, keys, settings), consumer_name(name)
+    )
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One worker kind: its consumer group, the stream kinds it reads, its handler."""
+
+    name: str
+    stream_kinds: Sequence[str]
+    make_handler: Callable[[Runtime], Awaitable[Handler]]
+    on_dead_letter: Callable[[Runtime, DeadLetter], Awaitable[None]] | None = None
+
+
+async def fail_run_for_dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
+    """A poison message fails its run with the reason; it is never silently dropped."""
+    if letter.envelope is None:
+        return
+    await runtime.ledger.fail_run(letter.envelope.run_id, f"dead letter: {letter.reason}")
+
+
+async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
+    """Run the service's stream loop until stopped (or drained, in burst mode)."""
+    handler = await spec.make_handler(runtime)
+    streams = [s for kind in spec.stream_kinds for s in runtime.keys.streams(kind)]
+    on_dead = spec.on_dead_letter
+
+    async def dead_letter(letter: DeadLetter) -> None:
+        if on_dead is not None:
+            await on_dead(runtime, letter)
+
+    worker = StreamWorker(
+        runtime.redis,
+        runtime.settings,
+        group=spec.name,
+        streams=streams,
+        handler=handler,
+        consumer=runtime.consumer,
+        on_dead_letter=dead_letter,
+    )
+    if burst:
+        return await worker.run_burst()
+    install_signal_handlers(worker)
+    log.info("serving", extra={"fields": {"service": spec.name, "streams": streams}})
+    await worker.run()
+    return 0
+
+
+def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{spec.name}")
+    parser.add_argument("--burst", action="store_true", help="drain the streams, then exit")
+    args = parser.parse_args(argv)
+    setup_logging(spec.name)
+
+    async def _run() -> None:
+        runtime = build_runtime(spec.name)
+        try:
+            await serve(spec, runtime, burst=args.burst)
+        finally:
+            await runtime.close()
+
+    asyncio.run(_run())

@@ -1,0 +1,217 @@
+"""Ingress + client on a real private Redis with a real arq worker (burst, in process and as
+``python -m services.ingress --burst``): one run per run id, nothing for an invalid spec,
+``wait`` wakes on the status change, the deadline sweep hands off."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from arq.connections import ArqRedis, create_pool
+
+from services.ingress import create_worker, deadlines_index, start_run, sweep_deadlines
+from shared.client import CallgateClient, JobFailedError
+from shared.config import Settings
+from shared.envelopes import TurnRequest, decode
+from shared.errors import NotFoundError
+from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from shared.runspec import RunSpecError
+from shared.service import Runtime, build_runtime
+from shared.states import RunState
+from shared.tx import Tx
+
+
+def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "api": "openai-responses",
+        "model": "travel-demo",
+        "input": "Is my train G1234 on 2026-12-20 on time?",
+        "identity": {"user": "alice"},
+        "tool_modules": ["services.demo.travel"],
+    }
+    if run_id is not None:
+        data["run_id"] = run_id
+    data.update(changes)
+    return data
+
+
+def new_run_id() -> str:
+    return f"r-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[CallgateClient]:
+    async with CallgateClient(settings) as c:
+        yield c
+
+
+@pytest.fixture
+async def pool(settings: Settings) -> AsyncIterator[ArqRedis]:
+    """A raw arq pool, as a foreign client would enqueue without our validation."""
+    p = await create_pool(redis_settings(settings), job_serializer=job_serializer,
+                          job_deserializer=job_deserializer,
+                          default_queue_name=queue_name(settings))
+    try:
+        yield p
+    finally:
+        await p.aclose()
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    rt = build_runtime("ingress", settings)
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def drain(settings: Settings) -> tuple[int, int]:
+    """Run the arq worker in burst mode; return (jobs completed, jobs failed)."""
+    worker = create_worker(settings, burst=True, handle_signals=False)
+    try:
+        await asyncio.wait_for(worker.async_run(), timeout=20)
+    finally:
+        await worker.close()
+    return worker.jobs_complete, worker.jobs_failed
+
+
+async def turn_messages(redis: aioredis.Redis, runtime: Runtime, run_id: str) -> list[TurnRequest]:
+    entries = await redis.xrange(runtime.keys.run_stream("turns", run_id))
+    messages = [decode(fields[b"d"]) for _, fields in entries]
+    return [m for m in messages if isinstance(m, TurnRequest) and m.run_id == run_id]
+
+
+async def test_same_run_id_twice_creates_one_run_and_one_turn_request(
+    settings: Settings, client: CallgateClient, runtime: Runtime, redis: aioredis.Redis
+) -> None:
+    run_id = new_run_id()
+    assert await client.submit(spec(run_id)) == run_id
+    assert await drain(settings) == (1, 0)
+    assert await client.submit(spec(run_id)) == run_id  # arq dedups while the result is kept
+    await drain(settings)
+    # Past arq's dedup (its result expired, or another path): the ledger's create-once guard.
+    again = await start_run({"runtime": runtime, "job_id": "other"}, spec(run_id))
+    assert again == {"run_id": run_id, "created": False}
+
+    status = await client.status(run_id)
+    assert status["status"] == "awaiting_model" and status["turn"] == 1
+    [message] = await turn_messages(redis, runtime, run_id)
+    assert (message.turn, message.reason) == (1, "start")
+    assert await runtime.ledger.history(run_id) == [
+        {"role": "user", "content": spec()["input"]}
+    ]
+    created = [e for e in await client.events(run_id) if e.type == "run.created"]
+    assert len(created) == 1
+
+
+async def test_run_id_defaults_to_the_job_id(
+    settings: Settings, pool: ArqRedis, client: CallgateClient
+) -> None:
+    job_id = new_run_id()
+    await pool.enqueue_job(START_RUN, spec(), _job_id=job_id)
+    assert await drain(settings) == (1, 0)
+    assert (await client.status(job_id))["run_id"] == job_id
+
+
+async def test_invalid_spec_creates_nothing_and_says_why(
+    settings: Settings, pool: ArqRedis, client: CallgateClient, runtime: Runtime,
+    redis: aioredis.Redis,
+) -> None:
+    run_id = new_run_id()
+    with pytest.raises(RunSpecError, match="max_turn: unknown field"):
+        await client.submit(spec(run_id, max_turn=3))  # the client checks before enqueueing
+    await pool.enqueue_job(START_RUN, spec(run_id, max_turn=3), _job_id=run_id)
+    bad_tools = new_run_id()
+    await pool.enqueue_job(START_RUN, spec(bad_tools, tool_modules=["no.such.module"]),
+                           _job_id=bad_tools)
+    assert await drain(settings) == (0, 2)
+
+    for rid in (run_id, bad_tools):
+        assert not await redis.exists(runtime.keys.run(rid))
+        assert not await redis.exists(runtime.keys.events(rid))
+        assert await turn_messages(redis, runtime, rid) == []
+    result = orjson.loads(await redis.get(f"arq:result:{run_id}"))  # JSON, readable anywhere
+    assert (result["s"], result["r"]["error"]) == (False, "RunSpecError")
+    with pytest.raises(JobFailedError, match="max_turn: unknown field"):
+        await client.wait(run_id, timeout_s=2)
+    with pytest.raises(JobFailedError, match="tool_modules: No module named 'no'"):
+        await client.status(bad_tools)
+    with pytest.raises(NotFoundError):
+        await client.status(new_run_id())
+
+
+async def test_wait_returns_when_the_run_becomes_terminal(
+    settings: Settings, client: CallgateClient, runtime: Runtime
+) -> None:
+    run_id = await client.submit(spec())
+    waiter = asyncio.create_task(client.wait(run_id, timeout_s=10))
+    await drain(settings)
+    await asyncio.sleep(0.3)
+    assert not waiter.done(), "awaiting_model is neither terminal nor paused"
+
+    tx = runtime.ledger.run_transition(
+        Tx(), run_id, RunState.AWAITING_MODEL, RunState.COMPLETED, expect_turn=1,
+        fields={"final_text": "On time."},
+    )
+    started = time.monotonic()
+    assert (await runtime.ledger.apply(tx)).ok
+    status = await asyncio.wait_for(waiter, timeout=5)
+    assert time.monotonic() - started < 0.5, "woken by the event stream, not a long poll"
+    assert status["status"] == "completed"
+    view = await client.view(run_id)
+    assert (view["final_text"], view["turns"], view["calls"]) == ("On time.", 1, [])
+    assert view["usage"] == {"input_tokens": 0, "output_tokens": 0}
+
+
+async def test_wait_times_out_with_the_current_status(client: CallgateClient) -> None:
+    run_id = await client.submit(spec())
+    with pytest.raises(TimeoutError, match="not created"):
+        await client.wait(run_id, timeout_s=0.3)
+
+
+async def test_deadline_sweep_hands_off_once(
+    settings: Settings, client: CallgateClient, runtime: Runtime, redis: aioredis.Redis
+) -> None:
+    late = await client.submit(spec(deadline_s=0.05))
+    later = await client.submit(spec(deadline_s=600.0))
+    await drain(settings)
+    await asyncio.sleep(0.1)
+    ctx: dict[str, Any] = {"runtime": runtime}
+    assert await sweep_deadlines(ctx) == 1
+    status = await client.status(late)
+    assert (status["status"], status["reason"]) == ("handed_off", "deadline reached")
+    assert (await client.status(later))["status"] == "awaiting_model"
+    assert await sweep_deadlines(ctx) == 0
+    index = deadlines_index(runtime.keys, 0)
+    assert await redis.zrange(index, 0, -1) == [later.encode()]
+    assert await redis.ttl(runtime.keys.run(late)) > 0, "a finished run's keys expire"
+
+
+def test_module_entry_point_runs_queued_jobs(
+    settings: Settings, subprocess_env: dict[str, str]
+) -> None:
+    run_id = new_run_id()
+
+    async def submit() -> None:
+        async with CallgateClient(settings) as c:
+            await c.submit(spec(run_id))
+
+    asyncio.run(submit())
+    proc = subprocess.run([sys.executable, "-m", "services.ingress", "--burst"],
+                          env=subprocess_env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+
+    async def check() -> dict[str, Any]:
+        async with CallgateClient(settings) as c:
+            return await c.status(run_id)
+
+    assert asyncio.run(check())["status"] == "awaiting_model"

@@ -1,0 +1,106 @@
+"""RunSpec: strict validation with one clear line per problem; the record a new run starts as."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.runspec import RunSpec, RunSpecError, parse_spec, to_run_record, with_run_id
+from shared.states import RunState
+
+
+def spec(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "api": "openai-responses",
+        "model": "travel-demo",
+        "input": "Is my train on time?",
+        "identity": {"user": "alice"},
+        "tool_modules": ["services.demo.travel"],
+    }
+    base.update(changes)
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def problems(data: object) -> list[str]:
+    with pytest.raises(RunSpecError) as info:
+        parse_spec(data)
+    assert str(info.value).startswith("invalid run spec: ")
+    return info.value.problems
+
+
+def test_minimal_spec_gets_the_documented_defaults() -> None:
+    parsed = parse_spec(spec())
+    assert parsed.max_turns == 10
+    assert parsed.run_id is None
+    assert parsed.allowed_tools is None
+    assert parsed.batch_policy == "hold_effects"
+
+
+def test_unknown_field_is_named() -> None:
+    assert problems(spec(max_turn=3)) == ["max_turn: unknown field"]
+
+
+def test_missing_required_fields_are_each_named() -> None:
+    found = problems({"api": "openai-chat"})
+    assert sorted(found) == ["identity: required", "input: required", "model: required"]
+
+
+def test_identity_must_name_a_user() -> None:
+    [problem] = problems(spec(identity={"role": "admin"}))
+    assert problem.startswith("identity:") and '"user"' in problem
+    [problem] = problems(spec(identity={"user": "  "}))
+    assert '"user"' in problem
+
+
+def test_strict_types_do_not_coerce_strings() -> None:
+    [problem] = problems(spec(max_turns="10"))
+    assert problem.startswith("max_turns:")
+
+
+def test_unknown_api_is_rejected_with_the_choices() -> None:
+    [problem] = problems(spec(api="openai"))
+    assert problem.startswith("api:") and "openai-responses" in problem
+
+
+def test_tool_modules_must_be_dotted_names() -> None:
+    [problem] = problems(spec(tool_modules=["services.demo.travel", "../etc/passwd"]))
+    assert problem.startswith("tool_modules:") and "'../etc/passwd'" in problem
+
+
+def test_acceptance_must_be_exactly_one_known_rule() -> None:
+    parsed = parse_spec(spec(acceptance={"contains": ["G1234"]}))
+    assert parsed.acceptance == {"contains": ["G1234"]}
+    [problem] = problems(spec(acceptance={"regex": "x"}))
+    assert problem.startswith("acceptance:")
+
+
+def test_budgets_must_be_positive() -> None:
+    found = problems(spec(max_turns=0, deadline_s=-1, max_total_tokens=0))
+    assert [p.split(":")[0] for p in found] == ["max_turns", "max_total_tokens", "deadline_s"]
+
+
+def test_not_an_object() -> None:
+    assert problems(["api"]) == ["a run spec is a JSON object, not list"]
+
+
+def test_run_id_is_minted_once_and_kept() -> None:
+    minted = with_run_id(parse_spec(spec()))
+    assert minted.run_id is not None and minted.run_id.startswith("run-")
+    assert with_run_id(minted) is minted
+    assert with_run_id(parse_spec(spec(run_id="r1"))).run_id == "r1"
+    [problem] = problems(spec(run_id="bad id with spaces"))
+    assert problem.startswith("run_id:")
+
+
+def test_new_run_record_awaits_the_model_for_turn_one() -> None:
+    parsed = RunSpec.model_validate(spec(run_id="r1", deadline_s=2.5, max_turns=3))
+    run = to_run_record(parsed, now_ms=1_000)
+    assert run.status == RunState.AWAITING_MODEL
+    assert run.turn == 1
+    assert run.max_turns == 3
+    assert run.deadline_ms == 3_500
+    assert run.identity == {"user": "alice"}
+    assert run.created_ms == run.updated_ms == 1_000
+    with pytest.raises(RunSpecError):
+        to_run_record(parse_spec(spec()), now_ms=0)
