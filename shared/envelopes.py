@@ -125,15 +125,12 @@ def encode(message: _Envelope) -> bytes:
 
 
 def decode(data: bytes | str) -> Envelope:
-    """Parse and strictly validate one message, or raise `EnvelopeError` with the reason."""
+    """Parse and strictly validate one message, or raise `EnvelopeError` with the reason.
+
+    JSON-mode validation: strict about types, yet a JSON array may fill a tuple field.
+    """
     try:
-        raw = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise EnvelopeError(f"not JSON: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise EnvelopeError(f"not a JSON object: {type(raw).__name__}")
-    try:
-        return _adapter.validate_python(raw)
+        return _adapter.validate_json(data)
     except ValidationError as exc:
         errors = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
