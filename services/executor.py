@@ -133,7 +133,7 @@ class Executor:
                 return Outcome(CallState.UNKNOWN, None)
             code = "timeout" if isinstance(exc, TimeoutError) else "unavailable"
             message = (
-                f"{tool.name} did not answer within {tool.timeout_s:g} s"
+                f"{tool.name} is unavailable: no answer within {tool.timeout_s:g} s"
                 if code == "timeout"
                 else f"{tool.name} is unavailable: {type(exc).__name__}"
             )

@@ -1,0 +1,165 @@
+"""The travel case end to end: real worker processes, real Redis, the official SDKs talking to
+the scripted model server, the demo travel service — for each of the three protocols."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from shared.client import CallgateClient
+from shared.config import Settings
+from shared.embedded_redis import EmbeddedRedis, free_port
+from shared.supervisor import Supervisor
+
+APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+LISTENING = r"listening on (http://\S+)"
+WORKERS = ("ingress", "model_turn", "validator", "executor")
+
+
+class Stack:
+    def __init__(self, env: dict[str, str], travel_url: str, model_url: str) -> None:
+        self.env = env
+        self.travel_url = travel_url
+        self.model_url = model_url
+        self.settings = Settings(redis_url=env["REDIS_URL"], key_prefix=env["CALLGATE_KEY_PREFIX"])
+
+    async def post(self, url: str, body: Any = None) -> Any:
+        async with aiohttp.ClientSession() as http, http.post(url, json=body) as reply:
+            return await reply.json()
+
+    async def get(self, url: str) -> Any:
+        async with aiohttp.ClientSession() as http, http.get(url) as reply:
+            return await reply.json()
+
+    async def run(self, api: str, model: str, text: str, **extra: Any) -> dict[str, Any]:
+        spec = {
+            "api": api, "model": model, "input": text, "identity": {"user": "alice"},
+            "tool_modules": ["services.demo.travel"], "max_turns": 6, **extra,
+        }
+        async with CallgateClient(self.settings) as client:
+            run_id = await client.submit(spec)
+            await client.wait(run_id, 30)
+            return await client.view(run_id)
+
+    async def finished_order(self, run_id: str) -> list[str]:
+        async with CallgateClient(self.settings) as client:
+            events = await client.events(run_id)
+        return [e.data["call_id"] for e in events
+                if e.type == "call.transition" and e.data.get("to") == "succeeded"]
+
+    async def last_request(self, scenario: str) -> dict[str, Any]:
+        log = await self.get(f"{self.model_url}/_log")
+        bodies: list[dict[str, Any]] = [e["body"] for e in log if e["scenario"] == scenario]
+        return bodies[-1]
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+    env = {
+        "REDIS_URL": redis_server.url,
+        "CALLGATE_KEY_PREFIX": f"e2e{uuid.uuid4().hex[:8]}",
+        "CALLGATE_CLAIM_IDLE_MS": "1000",
+        "OPENAI_API_KEY": "scripted-local",
+        "ANTHROPIC_API_KEY": "scripted-local",
+        "PYTHONUNBUFFERED": "1",
+    }
+    import os
+
+    env = {**os.environ, **env}
+    with Supervisor(grace_s=3.0) as sup:
+        sup.start("travel", [sys.executable, "-m", "services.demo.travel_service", "--port",
+                             str(free_port())], env)
+        travel_url = sup.wait_for_line("travel", LISTENING, 20).group(1)
+        sup.start("model", [sys.executable, "-m", "services.scripted_model", "--port",
+                            str(free_port())], env)
+        model_url = sup.wait_for_line("model", LISTENING, 20).group(1)
+        env.update(CALLGATE_TRAVEL_URL=travel_url, OPENAI_BASE_URL=f"{model_url}/v1",
+                   ANTHROPIC_BASE_URL=model_url)
+        for name in WORKERS:
+            sup.start(name, [sys.executable, "-m", f"services.{name}"], env)
+        yield Stack(env, travel_url, model_url)
+
+
+def result_pairs(api: str, body: dict[str, Any]) -> dict[str, str]:
+    """provider call id -> result content, as the model received them."""
+    if api == "openai-responses":
+        return {i["call_id"]: i["output"] for i in body["input"]
+                if i.get("type") == "function_call_output"}
+    if api == "openai-chat":
+        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
+    return {b["tool_use_id"]: b["content"] for m in body["messages"] if m["role"] == "user"
+            and isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_result"}
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_parallel_reads_complete_in_reverse_order_and_pair_by_call_id(
+    stack: Stack, api: str
+) -> None:
+    await stack.post(f"{stack.travel_url}/_config", {"weather": {"delay_s": 0.4}})
+    try:
+        view = await stack.run(api, "travel-parallel", "Train G1234 and Hangzhou weather?")
+    finally:
+        await stack.post(f"{stack.travel_url}/_reset")
+    assert view["status"] == "completed", view
+    calls = {c["tool"]: c for c in view["calls"]}
+    assert calls["get_train_status"]["state"] == calls["get_weather"]["state"] == "succeeded"
+    # The weather answered last, yet each result is paired with its own call id.
+    assert await stack.finished_order(view["run_id"]) == [
+        calls["get_train_status"]["call_id"], calls["get_weather"]["call_id"]]
+    pairs = result_pairs(api, await stack.last_request("travel-parallel"))
+    for call in view["calls"]:
+        assert orjson.loads(pairs[call["provider_call_id"]]) == call["result"]["payload"]
+    assert "on_time" in view["final_text"] and "light rain" in view["final_text"]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_weather_timeout_gives_an_error_result_and_the_run_completes(
+    stack: Stack, api: str
+) -> None:
+    await stack.post(f"{stack.travel_url}/_config", {"weather": {"delay_s": 5}})
+    try:
+        view = await stack.run(api, "travel-parallel", "Train and weather?")
+    finally:
+        await stack.post(f"{stack.travel_url}/_reset")
+    assert view["status"] == "completed", view
+    calls = {c["tool"]: c for c in view["calls"]}
+    assert calls["get_train_status"]["result"]["status"] == "ok"
+    assert calls["get_weather"]["state"] == "failed"
+    assert calls["get_weather"]["result"]["error"]["code"] == "timeout"
+    assert "unavailable" in view["final_text"] and "on_time" in view["final_text"]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_malformed_and_out_of_scope_trains_are_rejected_and_never_executed(
+    stack: Stack, api: str
+) -> None:
+    before = await stack.get(f"{stack.travel_url}/_stats")
+    view = await stack.run(api, "travel-rejected", "Check X99 and D567")
+    after = await stack.get(f"{stack.travel_url}/_stats")
+    assert view["status"] == "completed", view
+    codes = sorted(c["result"]["error"]["code"] for c in view["calls"])
+    assert [c["state"] for c in view["calls"]] == ["rejected", "rejected"]
+    assert codes == ["invalid_arguments", "not_authorized"]
+    assert after["train_status"]["executed"] == before["train_status"]["executed"]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_truncated_call_pauses_incomplete_and_executes_nothing(stack: Stack, api: str) -> None:
+    view = await stack.run(api, "travel-truncated", "Is G1234 on time?")
+    assert view["status"] == "paused_incomplete", view
+    assert "max_tokens" in (view["reason"] or "")
+    assert view["calls"] == []
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_turn_budget_hands_off(stack: Stack, api: str) -> None:
+    view = await stack.run(api, "travel-loop", "Weather, forever", max_turns=2)
+    assert view["status"] == "handed_off", view
+    assert view["reason"] == "turn budget reached"
+    assert len(view["calls"]) == 2
