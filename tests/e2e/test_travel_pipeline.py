@@ -39,8 +39,13 @@ class Stack:
 
     async def run(self, api: str, model: str, text: str, **extra: Any) -> dict[str, Any]:
         spec = {
-            "api": api, "model": model, "input": text, "identity": {"user": "alice"},
-            "tool_modules": ["services.demo.travel"], "max_turns": 6, **extra,
+            "api": api,
+            "model": model,
+            "input": text,
+            "identity": {"user": "alice"},
+            "tool_modules": ["services.demo.travel"],
+            "max_turns": 6,
+            **extra,
         }
         async with CallgateClient(self.settings) as client:
             run_id = await client.submit(spec)
@@ -50,8 +55,11 @@ class Stack:
     async def finished_order(self, run_id: str) -> list[str]:
         async with CallgateClient(self.settings) as client:
             events = await client.events(run_id)
-        return [e.data["call_id"] for e in events
-                if e.type == "call.transition" and e.data.get("to") == "succeeded"]
+        return [
+            e.data["call_id"]
+            for e in events
+            if e.type == "call.transition" and e.data.get("to") == "succeeded"
+        ]
 
     async def last_request(self, scenario: str) -> dict[str, Any]:
         log = await self.get(f"{self.model_url}/_log")
@@ -59,8 +67,7 @@ class Stack:
         return bodies[-1]
 
 
-@pytest.fixture(scope="module")
-def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+def start_stack(redis_server: EmbeddedRedis, replicas: int) -> Iterator[Stack]:
     env = {
         "REDIS_URL": redis_server.url,
         "CALLGATE_KEY_PREFIX": f"e2e{uuid.uuid4().hex[:8]}",
@@ -73,28 +80,56 @@ def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
 
     env = {**os.environ, **env}
     with Supervisor(grace_s=3.0) as sup:
-        sup.start("travel", [sys.executable, "-m", "services.demo.travel_service", "--port",
-                             str(free_port())], env)
+        sup.start(
+            "travel",
+            [sys.executable, "-m", "services.demo.travel_service", "--port", str(free_port())],
+            env,
+        )
         travel_url = sup.wait_for_line("travel", LISTENING, 20).group(1)
-        sup.start("model", [sys.executable, "-m", "services.scripted_model", "--port",
-                            str(free_port())], env)
+        sup.start(
+            "model",
+            [sys.executable, "-m", "services.scripted_model", "--port", str(free_port())],
+            env,
+        )
         model_url = sup.wait_for_line("model", LISTENING, 20).group(1)
-        env.update(CALLGATE_TRAVEL_URL=travel_url, OPENAI_BASE_URL=f"{model_url}/v1",
-                   ANTHROPIC_BASE_URL=model_url)
+        env.update(
+            CALLGATE_TRAVEL_URL=travel_url,
+            OPENAI_BASE_URL=f"{model_url}/v1",
+            ANTHROPIC_BASE_URL=model_url,
+        )
         for name in WORKERS:
-            sup.start(name, [sys.executable, "-m", f"services.{name}"], env)
+            for replica in range(replicas):
+                sup.start(f"{name}{replica}", [sys.executable, "-m", f"services.{name}"], env)
         yield Stack(env, travel_url, model_url)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+    yield from start_stack(redis_server, 1)
+
+
+@pytest.fixture(scope="module")
+def replicated(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+    yield from start_stack(redis_server, 2)
 
 
 def result_pairs(api: str, body: dict[str, Any]) -> dict[str, str]:
     """provider call id -> result content, as the model received them."""
     if api == "openai-responses":
-        return {i["call_id"]: i["output"] for i in body["input"]
-                if i.get("type") == "function_call_output"}
+        return {
+            i["call_id"]: i["output"]
+            for i in body["input"]
+            if i.get("type") == "function_call_output"
+        }
     if api == "openai-chat":
         return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
-    return {b["tool_use_id"]: b["content"] for m in body["messages"] if m["role"] == "user"
-            and isinstance(m["content"], list) for b in m["content"] if b["type"] == "tool_result"}
+    return {
+        b["tool_use_id"]: b["content"]
+        for m in body["messages"]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    }
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -111,7 +146,9 @@ async def test_parallel_reads_complete_in_reverse_order_and_pair_by_call_id(
     assert calls["get_train_status"]["state"] == calls["get_weather"]["state"] == "succeeded"
     # The weather answered last, yet each result is paired with its own call id.
     assert await stack.finished_order(view["run_id"]) == [
-        calls["get_train_status"]["call_id"], calls["get_weather"]["call_id"]]
+        calls["get_train_status"]["call_id"],
+        calls["get_weather"]["call_id"],
+    ]
     pairs = result_pairs(api, await stack.last_request("travel-parallel"))
     for call in view["calls"]:
         assert orjson.loads(pairs[call["provider_call_id"]]) == call["result"]["payload"]
@@ -150,7 +187,9 @@ async def test_malformed_and_out_of_scope_trains_are_rejected_and_never_executed
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_truncated_call_pauses_incomplete_and_executes_nothing(stack: Stack, api: str) -> None:
+async def test_truncated_call_pauses_incomplete_and_executes_nothing(
+    stack: Stack, api: str
+) -> None:
     view = await stack.run(api, "travel-truncated", "Is G1234 on time?")
     assert view["status"] == "paused_incomplete", view
     assert "max_tokens" in (view["reason"] or "")
@@ -163,3 +202,16 @@ async def test_turn_budget_hands_off(stack: Stack, api: str) -> None:
     assert view["status"] == "handed_off", view
     assert view["reason"] == "turn budget reached"
     assert len(view["calls"]) == 2
+
+
+async def test_two_replicas_of_every_worker_execute_once_and_request_each_turn_once(
+    replicated: Stack,
+) -> None:
+    views = [await replicated.run(api, "travel-parallel", "Train and weather?") for api in APIS]
+    assert [v["status"] for v in views] == ["completed"] * 3
+    stats = await replicated.get(f"{replicated.travel_url}/_stats")
+    for endpoint in ("train_status", "weather"):
+        # One run each: three executions in all, never a second one for a call.
+        assert stats[endpoint]["requests"] == stats[endpoint]["executed"] == 3, stats[endpoint]
+    log = await replicated.get(f"{replicated.model_url}/_log")
+    assert len([e for e in log if e["scenario"] == "travel-parallel"]) == 6  # 2 turns x 3 runs
