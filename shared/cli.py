@@ -28,6 +28,7 @@ from shared.stack import (
     base_env,
     ensure_redis,
     progress_to_stderr,
+    sigterm_as_interrupt,
     start_workers,
     wait_for_stop_signal,
 )
@@ -136,6 +137,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from shared.demo import DemoOptions, run_demo
 
+    sigterm_as_interrupt()
     options = DemoOptions(api=args.api, input=args.input, model=args.model,
                           timeout_s=args.timeout, verbose=args.verbose)
     return run_demo(options)

@@ -132,6 +132,8 @@ def decode(data: bytes | str) -> Envelope:
     try:
         return _adapter.validate_json(data)
     except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise EnvelopeError(f"not JSON: {exc.errors()[0]['msg']}") from exc
         errors = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )

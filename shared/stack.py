@@ -95,6 +95,15 @@ def wait_for_stop_signal() -> int:
     return got[0]
 
 
+def sigterm_as_interrupt() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so ``finally`` blocks stop the children we started."""
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def base_env() -> dict[str, str]:
     """Our environment, unchanged, plus unbuffered output so prefixed logs arrive in time."""
     env = dict(os.environ)

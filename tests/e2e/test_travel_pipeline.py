@@ -11,10 +11,13 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+import redis.asyncio as aioredis
 
 from shared.client import CallgateClient
 from shared.config import Settings
 from shared.embedded_redis import EmbeddedRedis, free_port
+from shared.envelopes import decode
+from shared.keys import Keys
 from shared.supervisor import Supervisor
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
@@ -213,5 +216,10 @@ async def test_two_replicas_of_every_worker_execute_once_and_request_each_turn_o
     for endpoint in ("train_status", "weather"):
         # One run each: three executions in all, never a second one for a call.
         assert stats[endpoint]["requests"] == stats[endpoint]["executed"] == 3, stats[endpoint]
-    log = await replicated.get(f"{replicated.model_url}/_log")
-    assert len([e for e in log if e["scenario"] == "travel-parallel"]) == 6  # 2 turns x 3 runs
+    # Each turn of each run was requested exactly once (the turns stream is the outbox).
+    redis = aioredis.Redis.from_url(replicated.settings.redis_url)
+    keys = Keys(replicated.settings.key_prefix)
+    entries = await redis.xrange(keys.stream("turns", 0))
+    await redis.aclose()
+    requested = [(m.run_id, m.turn) for m in (decode(f[b"d"]) for _, f in entries)]
+    assert sorted(requested) == sorted({(v["run_id"], t) for v in views for t in (1, 2)})

@@ -1,0 +1,72 @@
+"""`callgate` commands against a real private Redis: run → status / view / trace, and the
+travel demo end to end as a real process tree (scripted model, travel service, every worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from services.ingress import create_worker
+from shared.cli import main
+from shared.config import Settings
+
+
+def _drain(settings: Settings) -> None:
+    async def run() -> None:
+        worker = create_worker(settings, burst=True, handle_signals=False)
+        try:
+            await asyncio.wait_for(worker.async_run(), timeout=20)
+        finally:
+            await worker.close()
+
+    asyncio.run(run())
+
+
+def test_run_status_view_trace(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("CALLGATE_KEY_PREFIX", settings.key_prefix)
+    code = main(["run", "--api", "anthropic-messages", "--model", "m", "--tools",
+                 "services.demo.travel", "--identity", '{"user": "alice"}', "--input", "hi",
+                 "--max-turns", "3", "--json"])
+    assert code == 0
+    run_id = orjson.loads(capsys.readouterr().out)["run_id"]
+    _drain(settings)
+
+    assert main(["status", run_id]) == 0
+    status = orjson.loads(capsys.readouterr().out)
+    assert (status["status"], status["max_turns"], status["api"]) == (
+        "awaiting_model", 3, "anthropic-messages")
+    assert main(["view", run_id]) == 0
+    assert orjson.loads(capsys.readouterr().out)["calls"] == []
+    assert main(["trace", run_id]) == 0
+    out = capsys.readouterr().out
+    assert "run.created" in out and "→awaiting_model" in out
+
+    assert main(["status", "nope"]) == 1
+    assert "no run nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "--api", "openai-chat", "--model", "m", "--identity", "[]", "--input", "x"])
+
+
+def test_demo_travel_end_to_end(settings: Settings) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
+                        "ANTHROPIC_BASE_URL", "CALLGATE_KEY_PREFIX"}}
+    env["REDIS_URL"] = settings.redis_url
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "travel",
+                           "--api", "openai-chat", "--timeout", "45"],
+                          env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "get_train_status" in proc.stdout and "get_weather" in proc.stdout
+    assert "executing→succeeded" in proc.stdout
+    assert "status: completed" in proc.stdout
+    assert '"status":"on_time"' in proc.stdout and "light rain" in proc.stdout
+    assert "scripted model server" in proc.stderr and "stopping" in proc.stderr
+    assert "scripted-local" not in proc.stdout
