@@ -25,8 +25,9 @@ from arq.cron import cron
 from arq.worker import Worker, func
 
 from shared.config import Settings
-from shared.envelopes import TurnRequest
+from shared.envelopes import ApprovalExpired, TurnRequest, encode
 from shared.errors import CallgateError
+from shared.expiry import EXPIRE_APPROVAL
 from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from shared.keys import Keys
 from shared.logs import log_fields, setup_logging
@@ -124,6 +125,19 @@ async def hand_off_expired(rt: Runtime, run_id: str, now: int) -> bool:
     return result.ok
 
 
+async def expire_approval(ctx: dict[str, Any], ref: dict[str, Any]) -> str:
+    """The deferred expiry of one approval: hand it to the validator as a message, so expiry
+    is applied exactly like a decision (guarded; a decided approval is left alone)."""
+    runtime: Runtime = ctx["runtime"]
+    message = ApprovalExpired(
+        run_id=ref["run_id"], turn=ref["turn"], call_id=ref["call_id"],
+        approval_id=ref["approval_id"],
+    )
+    stream = runtime.keys.run_stream("approvals", message.run_id)
+    await runtime.redis.xadd(stream, {"d": encode(message)})
+    return message.approval_id
+
+
 async def sweep_deadlines(ctx: dict[str, Any]) -> int:
     """Periodic: hand off every non-terminal run past its ``deadline_ms``; returns how many."""
     rt: Runtime = ctx["runtime"]
@@ -164,7 +178,10 @@ def create_worker(
         timeout=30,
     )
     return Worker(
-        functions=[func(start_run, name=START_RUN)],
+        functions=[
+            func(start_run, name=START_RUN),
+            func(expire_approval, name=EXPIRE_APPROVAL),
+        ],
         cron_jobs=[sweep],
         queue_name=queue_name(settings),
         redis_settings=redis_settings(settings),
