@@ -119,6 +119,7 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """Every worker as its own supervised process, until SIGINT/SIGTERM."""
+    sigterm_as_interrupt()
     env = base_env()
     redis = ensure_redis(env, progress_to_stderr)
     supervisor = Supervisor(prefix_sink(sys.stderr), grace_s=args.grace)

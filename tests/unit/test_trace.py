@@ -61,3 +61,6 @@ def test_empty_log_and_partial_transitions() -> None:
     assert render([]) == "(no events)"
     assert transition({}) == ""
     assert transition({"from": "a", "to": "b"}) == "a→b"
+    assert transition({"from": ["validating", "executing"], "to": "handed_off"}) == (
+        "validating|executing→handed_off"
+    )
