@@ -32,7 +32,7 @@ from shared.loop import (
     after_results,
     budget_end,
 )
-from shared.providers import get_adapter
+from shared.providers import ADAPTERS, get_adapter
 from shared.providers.base import (
     FinalAnswer,
     ProviderAdapter,
@@ -72,6 +72,15 @@ class ModelTurn:
         if api not in self._adapters:
             self._adapters[api] = get_adapter(api)
         return self._adapters[api]
+
+    def warm_up(self) -> None:
+        """Build every adapter's SDK client before serving: building one is blocking work
+        which, done inside the first turn, stalls the loop long enough to miss heartbeats."""
+        for api in ADAPTERS:
+            try:
+                getattr(self.adapter(api), "client", None)
+            except Exception as exc:  # e.g. no API key for a provider this deployment skips
+                log.info("adapter not ready", extra=log_fields(api=api, error=str(exc)))
 
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
@@ -325,7 +334,9 @@ def _json_text(value: object) -> str:
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
-    return ModelTurn(runtime).handle
+    worker = ModelTurn(runtime)
+    worker.warm_up()
+    return worker.handle
 
 
 SPEC = ServiceSpec("model_turn", ("turns", "results"), _make_handler, fail_run_for_dead_letter)
