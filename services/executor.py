@@ -25,7 +25,7 @@ from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState
 from shared.streams import Delivery, Handler
-from shared.tools import Effect, Identity, Tool, ToolContext, load_registry
+from shared.tools import Effect, Tool, call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.executor")
@@ -111,14 +111,7 @@ class Executor:
     async def _execute(
         self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
     ) -> Outcome:
-        ctx = ToolContext(
-            run_id=call.run_id,
-            call_id=call.call_id,
-            turn=call.turn,
-            identity=Identity.model_validate(run.identity),
-            session=self.session,
-            attempt=attempt,
-        )
+        ctx = call_context(run, call, self.session, attempt)
         args = tool.validate(call.arguments or {})
         started = time.perf_counter()
         try:

@@ -22,7 +22,7 @@ from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.streams import Delivery, Handler
-from shared.tools import Identity, Reconciliation, Tool, ToolContext, load_registry
+from shared.tools import Reconciliation, Tool, call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.reconciler")
@@ -75,14 +75,7 @@ class Reconciler:
         self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
     ) -> Reconciliation:
         assert tool.reconcile is not None
-        ctx = ToolContext(
-            run_id=call.run_id,
-            call_id=call.call_id,
-            turn=call.turn,
-            identity=Identity.model_validate(run.identity),
-            session=self.session,
-            attempt=attempt,
-        )
+        ctx = call_context(run, call, self.session, attempt)
         try:
             answer = await asyncio.wait_for(
                 tool.reconcile(ctx, tool.validate(call.arguments or {}), call.operation_id or ""),

@@ -35,7 +35,7 @@ from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.store import now_ms
 from shared.streams import Delivery, Handler
-from shared.tools import Identity, ToolContext, load_registry
+from shared.tools import call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.validator")
@@ -112,13 +112,7 @@ class Validator:
         checked: list[Decision] = []
         for call, decision in zip(calls, decisions, strict=True):
             if decision.tool is not None and decision.arguments is not None:
-                ctx = ToolContext(
-                    run_id=run.run_id,
-                    call_id=call.call_id,
-                    turn=run.turn,
-                    identity=Identity.model_validate(run.identity),
-                    session=self.session,
-                )
+                ctx = call_context(run, call, self.session)
                 error = await check_preconditions(decision.tool, ctx, decision.arguments)
                 if error is not None:
                     decision = decision.reject(error)

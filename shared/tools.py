@@ -29,6 +29,7 @@ import aiohttp
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from shared.canonical import canonical_bytes
+from shared.records import CallRecord, RunRecord
 from shared.tool_schema import to_tool_schema
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -101,6 +102,20 @@ class ToolContext:
     def setting(self, name: str, default: str) -> str:
         """A setting such as ``CALLGATE_TRAVEL_URL``: config, then environment, then default."""
         return self.config.get(name) or os.environ.get(name) or default
+
+
+def call_context(
+    run: RunRecord, call: CallRecord, session: aiohttp.ClientSession, attempt: int = 1
+) -> ToolContext:
+    """The context a worker hands a tool's hooks for one call of one run."""
+    return ToolContext(
+        run_id=run.run_id,
+        call_id=call.call_id,
+        turn=call.turn,
+        identity=Identity.model_validate(run.identity),
+        session=session,
+        attempt=attempt,
+    )
 
 
 @dataclass(frozen=True, slots=True)
