@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -24,18 +26,21 @@ from shared.client import CallgateClient
 from shared.config import Settings
 from shared.errors import CallgateError
 from shared.records import Api
-from shared.stack import (
-    base_env,
-    ensure_redis,
-    progress_to_stderr,
-    sigterm_as_interrupt,
-    start_workers,
-    wait_for_stop_signal,
-)
-from shared.supervisor import Supervisor, prefix_sink
+from shared.stack import progress_to_stderr, sigterm_as_interrupt, wait_for_stop_signal
+from shared.supervisor import prefix_sink
+from shared.system import LocalSystem, SystemSpec
 from shared.trace import render
 
 APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
+COMMAND_MODULES = (
+    "shared.approvals_cli",
+    "shared.conformance.cli",
+    "shared.chaos.cli",
+    "shared.bench.cli",
+)
+"""Modules that bring their own subcommand: each defines ``add_command(subparsers)``, which
+adds a parser whose ``handler`` takes the parsed args and returns an exit code (or a coroutine
+that does)."""
 
 
 def _dump(value: Any) -> None:
@@ -120,18 +125,20 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     """Every worker as its own supervised process, until SIGINT/SIGTERM."""
     sigterm_as_interrupt()
-    env = base_env()
-    redis = ensure_redis(env, progress_to_stderr)
-    supervisor = Supervisor(prefix_sink(sys.stderr), grace_s=args.grace)
+    spec = SystemSpec(
+        services=(),
+        scripted_model=False,
+        key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
+        grace_s=args.grace,
+    )
+    system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
     try:
-        started = start_workers(supervisor, env)
-        progress_to_stderr(f"running {', '.join(started)}; Ctrl-C stops")
+        system.start()
+        progress_to_stderr("running; Ctrl-C stops")
         signum = wait_for_stop_signal()
         progress_to_stderr(f"signal {signum}: stopping")
     finally:
-        supervisor.stop_all()
-        if redis is not None:
-            redis.__exit__(None, None, None)
+        system.stop()
     return 0
 
 
@@ -184,6 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=60.0)
     demo.add_argument("--verbose", action="store_true", help="stream every process's output")
     demo.set_defaults(handler=cmd_demo)
+
+    for module in COMMAND_MODULES:
+        try:
+            command = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise  # the module exists but one of its own imports is missing
+            continue
+        command.add_command(sub)
     return parser
 
 

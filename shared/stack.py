@@ -1,9 +1,8 @@
-"""The processes of one callgate deployment, as data, and how `callgate up`/`demo` start them.
+"""The worker kinds of a deployment and the small process plumbing the commands share.
 
-Every worker is its own process (`python -m services.<name>`), supervised by
-`shared.supervisor.Supervisor`.  The environment passes through unchanged (so
-``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` and the keys reach the workers); only
-``REDIS_URL`` is added when an embedded Redis had to be started.
+Every worker is its own process (`python -m services.<name>`); `shared.system.LocalSystem`
+starts them under a `shared.supervisor.Supervisor`.  Signals: a long-running command stops its
+children in ``finally`` blocks, so SIGTERM is made to unwind like Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,12 +12,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis, redis_answers
-from shared.supervisor import Supervisor
 
 WORKERS: tuple[str, ...] = ("ingress", "model_turn", "validator", "executor", "reconciler")
 """Every worker kind, in start order; one not yet written (no module) is skipped."""
@@ -43,37 +40,6 @@ def default_redis_url() -> str:
     default = Settings.model_fields["redis_url"].default
     assert isinstance(default, str)
     return default
-
-
-def ensure_redis(env: MutableMapping[str, str], progress: Progress) -> EmbeddedRedis | None:
-    """Use ``REDIS_URL`` if it answers; else start an embedded Redis and export its URL."""
-    url = env.get("REDIS_URL") or default_redis_url()
-    if redis_answers(url):
-        progress(f"using Redis at {url}")
-        env["REDIS_URL"] = url
-        return None
-    server = EmbeddedRedis(appendonly=True).start()
-    env["REDIS_URL"] = server.url
-    progress(f"{url} does not answer; started an embedded Redis at {server.url}")
-    return server
-
-
-def settings_from(env: MutableMapping[str, str]) -> Settings:
-    """The settings the children will read from ``env`` (Redis and prefix are what matter)."""
-    return Settings(
-        redis_url=env.get("REDIS_URL") or default_redis_url(),
-        key_prefix=env.get("CALLGATE_KEY_PREFIX", "cg"),
-    )
-
-
-def start_workers(
-    supervisor: Supervisor, env: MutableMapping[str, str], names: Sequence[str] | None = None
-) -> list[str]:
-    """Start each worker under ``supervisor`` with ``env``; returns the names started."""
-    started = available_workers(WORKERS if names is None else names)
-    for name in started:
-        supervisor.start(name, worker_argv(name), dict(env))
-    return started
 
 
 def wait_for_stop_signal() -> int:

@@ -3,8 +3,6 @@ the scripted model server, the demo travel service — for each of the three pro
 
 from __future__ import annotations
 
-import sys
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +13,12 @@ import redis.asyncio as aioredis
 
 from shared.client import CallgateClient
 from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis, free_port
+from shared.embedded_redis import EmbeddedRedis
 from shared.envelopes import decode
 from shared.keys import Keys
-from shared.supervisor import Supervisor
+from shared.system import LocalSystem, SystemSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
-LISTENING = r"listening on (http://\S+)"
 WORKERS = ("ingress", "model_turn", "validator", "executor")
 
 
@@ -71,39 +68,16 @@ class Stack:
 
 
 def start_stack(redis_server: EmbeddedRedis, replicas: int) -> Iterator[Stack]:
-    env = {
-        "REDIS_URL": redis_server.url,
-        "CALLGATE_KEY_PREFIX": f"e2e{uuid.uuid4().hex[:8]}",
-        "CALLGATE_CLAIM_IDLE_MS": "1000",
-        "OPENAI_API_KEY": "scripted-local",
-        "ANTHROPIC_API_KEY": "scripted-local",
-        "PYTHONUNBUFFERED": "1",
-    }
-    import os
-
-    env = {**os.environ, **env}
-    with Supervisor(grace_s=3.0) as sup:
-        sup.start(
-            "travel",
-            [sys.executable, "-m", "services.demo.travel_service", "--port", str(free_port())],
-            env,
-        )
-        travel_url = sup.wait_for_line("travel", LISTENING, 20).group(1)
-        sup.start(
-            "model",
-            [sys.executable, "-m", "services.scripted_model", "--port", str(free_port())],
-            env,
-        )
-        model_url = sup.wait_for_line("model", LISTENING, 20).group(1)
-        env.update(
-            CALLGATE_TRAVEL_URL=travel_url,
-            OPENAI_BASE_URL=f"{model_url}/v1",
-            ANTHROPIC_BASE_URL=model_url,
-        )
-        for name in WORKERS:
-            for replica in range(replicas):
-                sup.start(f"{name}{replica}", [sys.executable, "-m", f"services.{name}"], env)
-        yield Stack(env, travel_url, model_url)
+    spec = SystemSpec(
+        services=("travel",),
+        scripted_model=True,
+        redis_url=redis_server.url,
+        replicas={kind: replicas for kind in WORKERS} | {"reconciler": 0},
+        env={"CALLGATE_CLAIM_IDLE_MS": "1000"},
+        grace_s=3.0,
+    )
+    with LocalSystem(spec) as system:
+        yield Stack(system.env, system.urls["travel"], system.urls["model"])
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,6 @@ stream, and a write whose answer is lost, settled by the reconciler — never re
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,16 +13,14 @@ import redis.asyncio as aioredis
 
 from shared.client import CallgateClient
 from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis, free_port
+from shared.embedded_redis import EmbeddedRedis
 from shared.envelopes import ApprovalDecision, encode
 from shared.errors import NotFoundError
 from shared.keys import Keys
 from shared.store import Ledger
-from shared.supervisor import Supervisor
+from shared.system import LocalSystem, SystemSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
-LISTENING = r"listening on (http://\S+)"
-WORKERS = ("ingress", "model_turn", "validator", "executor", "reconciler")
 
 
 class Workshop:
@@ -86,37 +81,18 @@ class Workshop:
 
 @pytest.fixture(scope="module")
 def workshop(redis_server: EmbeddedRedis) -> Iterator[Workshop]:
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_server.url,
-        "CALLGATE_KEY_PREFIX": f"ws{uuid.uuid4().hex[:8]}",
-        "CALLGATE_APPROVERS": '{"carol": ["events-lead"]}',
-        "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
-        "OPENAI_API_KEY": "scripted-local",
-        "ANTHROPIC_API_KEY": "scripted-local",
-        "PYTHONUNBUFFERED": "1",
-    }
-    with Supervisor(grace_s=3.0) as sup:
-        sup.start(
-            "booking",
-            [sys.executable, "-m", "services.demo.booking_service", "--port", str(free_port())],
-            env,
-        )
-        booking_url = sup.wait_for_line("booking", LISTENING, 20).group(1)
-        sup.start(
-            "model",
-            [sys.executable, "-m", "services.scripted_model", "--port", str(free_port())],
-            env,
-        )
-        model_url = sup.wait_for_line("model", LISTENING, 20).group(1)
-        env.update(
-            CALLGATE_BOOKING_URL=booking_url,
-            OPENAI_BASE_URL=f"{model_url}/v1",
-            ANTHROPIC_BASE_URL=model_url,
-        )
-        for name in WORKERS:
-            sup.start(name, [sys.executable, "-m", f"services.{name}"], env)
-        yield Workshop(env, booking_url)
+    spec = SystemSpec(
+        services=("booking",),
+        scripted_model=True,
+        redis_url=redis_server.url,
+        env={
+            "CALLGATE_APPROVERS": '{"carol": ["events-lead"]}',
+            "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
+        },
+        grace_s=3.0,
+    )
+    with LocalSystem(spec) as system:
+        yield Workshop(system.env, system.urls["booking"])
 
 
 @pytest.fixture(autouse=True)
