@@ -52,17 +52,19 @@ class ApprovalFlow:
                 await self._refuse(message, reason)
                 return "done"
             assert record is not None
-            if message.decision == "approve":
-                return await self._apply(
-                    record, CallState.APPROVED, message.approver, message.reason
-                )
-            return await self._apply(record, CallState.DENIED, message.approver, message.reason)
+            to = CallState.APPROVED if message.decision == "approve" else CallState.DENIED
+            return await self._apply(record, to, message, message.approver, message.reason)
         if record is None or record.state != "pending" or now < record.expires_ms:
             return "done"
-        return await self._apply(record, CallState.EXPIRED, None, "approval expired")
+        return await self._apply(record, CallState.EXPIRED, message, None, "approval expired")
 
     async def _apply(
-        self, record: ApprovalRecord, to: CallState, approver: str | None, reason: str | None
+        self,
+        record: ApprovalRecord,
+        to: CallState,
+        message: ApprovalDecision | ApprovalExpired,
+        approver: str | None,
+        reason: str | None,
     ) -> Result:
         keys = self.rt.keys
         run = await self.ledger.get_run(record.run_id)
@@ -101,6 +103,7 @@ class ApprovalFlow:
             call_id=record.call_id,
             approver=approver,
             reason=reason,
+            msg_id=message.msg_id,
         )
         this = next(c for c in calls if c.call_id == record.call_id)
         pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
@@ -115,7 +118,7 @@ class ApprovalFlow:
         if result.ok or result.failed is None:
             return "done"
         if result.failed.key == approval_key:
-            await self._refuse_late(record, approver)
+            await self._refuse_late(record, message, approver)
             return "done"
         return "retry" if result.failed.key != keys.run(record.run_id) else "done"
 
@@ -163,10 +166,16 @@ class ApprovalFlow:
             approver=message.approver,
             decision=message.decision,
             reason=reason,
+            msg_id=message.msg_id,
         )
         await self.ledger.apply(tx)
 
-    async def _refuse_late(self, record: ApprovalRecord, approver: str | None) -> None:
+    async def _refuse_late(
+        self,
+        record: ApprovalRecord,
+        message: ApprovalDecision | ApprovalExpired,
+        approver: str | None,
+    ) -> None:
         tx = self.ledger.event(
             Tx(),
             record.run_id,
@@ -175,6 +184,7 @@ class ApprovalFlow:
             call_id=record.call_id,
             approver=approver,
             reason="already decided",
+            msg_id=message.msg_id,
         )
         await self.ledger.apply(tx)
 
