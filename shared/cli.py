@@ -4,7 +4,8 @@
         --identity '{"user": "alice"}' --input "…" [--max-turns N] [--wait] [--json] [--timeout S]
     callgate status RUN_ID | view RUN_ID | trace RUN_ID
     callgate up
-    callgate demo travel [--api A] [--input TEXT]
+    callgate demo travel|workshop [--api A] [--input TEXT] [--approve-as USER]
+    callgate approvals | approve ID --as USER | deny ID --as USER --reason TEXT
 
 Machine-readable output (run ids, JSON) goes to stdout; progress and errors to stderr.  Exit
 codes: 0 done / completed, 1 the run ended otherwise or the command failed, 2 usage error.
@@ -146,14 +147,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from shared.demo import DemoOptions, run_demo
 
     sigterm_as_interrupt()
-    options = DemoOptions(api=args.api, input=args.input, model=args.model,
-                          timeout_s=args.timeout, verbose=args.verbose)
+    options = DemoOptions(name=args.name, api=args.api, input=args.input, model=args.model,
+                          timeout_s=args.timeout, verbose=args.verbose,
+                          approve_as=args.approve_as)
     return run_demo(options)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from shared.demo import QUESTION
-
     parser = argparse.ArgumentParser(prog="callgate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -184,9 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(handler=cmd_up)
 
     demo = sub.add_parser("demo", help="run a demo end to end")
-    demo.add_argument("name", choices=["travel"])
+    demo.add_argument("name", choices=["travel", "workshop"])
     demo.add_argument("--api", choices=APIS)
-    demo.add_argument("--input", default=QUESTION)
+    demo.add_argument("--input", help="default: the demo's own question")
+    demo.add_argument("--approve-as", metavar="USER",
+                      help="workshop: approve as USER instead of asking in the terminal")
     demo.add_argument("--model", help="default: the scripted scenario, or a real model")
     demo.add_argument("--timeout", type=float, default=60.0)
     demo.add_argument("--verbose", action="store_true", help="stream every process's output")

@@ -1,9 +1,10 @@
-"""`callgate demo travel`: the whole system on one machine, one run, its trace, its answer.
+"""`callgate demo travel|workshop`: the whole system on one machine, one run, its trace, its answer.
 
 Starts the whole system (`shared.system.LocalSystem`: an embedded Redis if ``REDIS_URL`` does
-not answer, the demo travel service, the scripted model server unless a real provider key is
-set, and every worker); submits alice's question; waits; prints the trace and the answer on
-stdout (progress goes to stderr); and stops everything.  Its key prefix is fresh per
+not answer, the demo services, the scripted model server unless a real provider key is set,
+and every worker); submits the demo's run; waits (the workshop run pauses for a human's
+approval, asked in the terminal or given by ``--approve-as``); prints the trace and the answer
+on stdout (progress goes to stderr); and stops everything.  Its key prefix is fresh per
 invocation, so it never mixes with another deployment on the same Redis.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.client import CallgateClient
+from shared.demo_workshop import WORKSHOP_INPUT, booking_summary, decide_pending, workshop_env
 from shared.errors import CallgateError
 from shared.stack import Progress, progress_to_stderr
 from shared.supervisor import prefix_sink, quiet_sink
@@ -24,7 +26,8 @@ from shared.trace import render
 
 QUESTION = "Is my train G1234 on 2026-12-20 on time, and what's the weather in Hangzhou?"
 SCENARIO = "travel-demo"
-"""The scripted-model scenario (services/scenarios/travel-demo.json) the demo runs."""
+WORKSHOP_SCENARIO = "workshop-reserve"
+"""The scripted-model scenarios (services/scenarios/*.json) the demos run."""
 REAL_MODELS = {
     "openai-responses": "gpt-4.1-mini",
     "openai-chat": "gpt-4.1-mini",
@@ -34,11 +37,14 @@ REAL_MODELS = {
 
 @dataclass(frozen=True)
 class DemoOptions:
+    name: str = "travel"
     api: str | None = None
-    input: str = QUESTION
+    input: str | None = None
     model: str | None = None
     timeout_s: float = 60.0
     verbose: bool = False
+    approve_as: str | None = None
+    """Workshop: decide the approval as this user instead of asking in the terminal."""
 
 
 def choose_api(env: Mapping[str, str], requested: str | None) -> str:
@@ -54,7 +60,7 @@ def travel_spec(options: DemoOptions, api: str, model: str) -> dict[str, Any]:
     return {
         "api": api,
         "model": model,
-        "input": options.input,
+        "input": options.input or QUESTION,
         "instructions": "You are a travel assistant. Use the tools; answer briefly.",
         "identity": {"user": "alice"},
         "tool_modules": ["services.demo.travel"],
@@ -63,28 +69,52 @@ def travel_spec(options: DemoOptions, api: str, model: str) -> dict[str, Any]:
     }
 
 
-async def submit_and_wait(system: LocalSystem, spec: dict[str, Any], timeout_s: float,
-                          progress: Progress) -> tuple[dict[str, Any], str]:
-    """Submit the run, wait for it, and return (its view, its rendered trace)."""
+def workshop_spec(options: DemoOptions, api: str, model: str) -> dict[str, Any]:
+    return {
+        "api": api,
+        "model": model,
+        "input": options.input or WORKSHOP_INPUT,
+        "instructions": "You book workshop seats. Use the tools; answer briefly.",
+        "identity": {"user": "alice"},
+        "tool_modules": ["services.demo.workshop"],
+        "max_turns": 6,
+    }
+
+
+async def drive(system: LocalSystem, spec: dict[str, Any], options: DemoOptions,
+                progress: Progress) -> tuple[dict[str, Any], str]:
+    """Submit the run and see it through (deciding approvals); return (its view, its trace)."""
+    timeout_s = options.timeout_s
     async with CallgateClient(system.settings) as client:
         run_id = await client.submit(spec)
         progress(f"submitted run {run_id}; waiting (up to {timeout_s:.0f}s)")
-        await client.wait(run_id, timeout_s)
+        status = await client.wait(run_id, timeout_s)
+        # A decision that applies moves the run on in the same step; one that is refused leaves
+        # it paused, and the demo stops there rather than asking forever.
+        while status["status"] == "paused_approval" and await decide_pending(
+            client, run_id, options.approve_as, progress
+        ):
+            status = await client.wait(run_id, timeout_s)
         return await client.view(run_id), render(await client.events(run_id))
 
 
 def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> int:
     """The demo, start to clean stop; 0 if the run completed."""
     sink = prefix_sink(sys.stderr) if options.verbose else quiet_sink
-    system = LocalSystem(SystemSpec(services=("travel",)), progress=progress, sink=sink)
+    workshop = options.name == "workshop"
+    spec = SystemSpec(services=("booking",), env=workshop_env()) if workshop else SystemSpec(
+        services=("travel",))
+    system = LocalSystem(spec, progress=progress, sink=sink)
     try:
         system.start()
         api = choose_api(system.env, options.api)
-        model = options.model or (SCENARIO if system.scripted else REAL_MODELS[api])
+        scenario = WORKSHOP_SCENARIO if workshop else SCENARIO
+        model = options.model or (scenario if system.scripted else REAL_MODELS[api])
         progress(f"api {api}, model {model}")
-        spec = travel_spec(options, api, model)
-        view, trace = asyncio.run(submit_and_wait(system, spec, options.timeout_s, progress))
-    except (TimeoutError, RuntimeError, OSError, CallgateError) as exc:
+        run_spec = (workshop_spec if workshop else travel_spec)(options, api, model)
+        view, trace = asyncio.run(drive(system, run_spec, options, progress))
+        summary = booking_summary(system.urls["booking"]) if workshop else None
+    except (TimeoutError, RuntimeError, OSError, CallgateError, EOFError) as exc:
         progress(f"demo failed: {exc}")
         for line in system.tails():
             progress(line)
@@ -96,4 +126,6 @@ def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> i
     print()
     print(f"status: {view['status']}" + (f" ({view['reason']})" if view["reason"] else ""))
     print(f"answer: {view['final_text'] or '(none)'}")
+    if summary is not None:
+        print(f"booking service: {summary}")
     return 0 if view["status"] == "completed" else 1
