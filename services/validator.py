@@ -122,6 +122,7 @@ class Validator:
     def _approval(self, run: RunRecord, call: CallRecord, d: Decision) -> ApprovalRecord | None:
         if d.outcome != "needs_approval" or d.tool is None:
             return None
+        ttl_s = run.approval_ttl_s or self.rt.settings.approval_ttl_s
         return ApprovalRecord(
             approval_id=f"apr_{new_id()}",
             run_id=run.run_id,
@@ -133,7 +134,7 @@ class Validator:
             arguments=d.canonical_arguments or "{}",
             requested_by=str(run.identity.get("user", "")),
             approver_role=d.approver_role or "",
-            expires_ms=now_ms() + int(self.rt.settings.approval_ttl_s * 1000),
+            expires_ms=now_ms() + int(ttl_s * 1000),
         )
 
     def _record_decision(
@@ -220,7 +221,9 @@ def _decided(call: CallRecord, d: Decision) -> Decided:
 
 async def _make_handler(runtime: Runtime) -> Handler:
     session = aiohttp.ClientSession()
-    return Validator(runtime, session).handle
+    validator = Validator(runtime, session)
+    runtime.closers += [session.close, validator.expiry.close]
+    return validator.handle
 
 
 SPEC = ServiceSpec("validator", ("validate", "approvals"), _make_handler, fail_run_for_dead_letter)

@@ -30,6 +30,9 @@ RAW_ARGUMENTS_MAX_BYTES = 16_384
 Api = Literal["openai-responses", "openai-chat", "anthropic-messages"]
 Effect = Literal["read", "idempotent_write", "write"]
 HashValue = str | bytes
+BatchPolicy = Literal["hold_effects", "run_allowed"]
+"""What runs while some calls of a batch wait for a human: ``hold_effects`` (default) runs
+only reads until every call is decided; ``run_allowed`` also runs allowed writes at once."""
 
 
 class _Record(BaseModel):
@@ -91,7 +94,9 @@ class RunRecord(_Record):
     tool_modules: list[str] = Field(default_factory=list)
     allowed_tools: list[str] | None = None
     """None: every tool of ``tool_modules``."""
-    batch_policy: str = "hold_effects"
+    batch_policy: BatchPolicy = "hold_effects"
+    approval_ttl_s: float | None = None
+    """How long a pending approval of this run lives; None: the deployment's default."""
     acceptance: dict[str, Any] | None = None
     final_text: str | None = None
     reason: str | None = None

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.envelopes import new_id
 from shared.errors import CallgateError
-from shared.records import Api, RunRecord
+from shared.records import Api, BatchPolicy, RunRecord
 from shared.states import RunState
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -58,7 +58,11 @@ class RunSpec(BaseModel):
     """Wall-clock budget from the moment the run is created."""
     acceptance: dict[str, Any] | None = None
     """A rule for the final answer (shared/acceptance.py): contains, json_schema or validator."""
-    batch_policy: str = Field(default="hold_effects", min_length=1, max_length=64)
+    batch_policy: BatchPolicy = "hold_effects"
+    """While calls wait for a human: ``hold_effects`` runs only reads until the whole batch is
+    decided; ``run_allowed`` also runs the allowed writes at once."""
+    approval_ttl_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    """How long a human has to decide a call of this run (default: CALLGATE_APPROVAL_TTL_S)."""
 
     @field_validator("identity")
     @classmethod
@@ -135,6 +139,7 @@ def to_run_record(spec: RunSpec, now_ms: int) -> RunRecord:
         tool_modules=list(spec.tool_modules),
         allowed_tools=None if spec.allowed_tools is None else list(spec.allowed_tools),
         batch_policy=spec.batch_policy,
+        approval_ttl_s=spec.approval_ttl_s,
         acceptance=spec.acceptance,
         created_ms=now_ms,
         updated_ms=now_ms,

@@ -47,7 +47,7 @@ def _full_run() -> RunRecord:
         identity={"user": "u1", "roles": ["agent"], "scope": {"account": 7}},
         tool_modules=["services.demo.tools"],
         allowed_tools=["search", "book"],
-        batch_policy="run_reads",
+        batch_policy="run_allowed",
         acceptance={"kind": "regex", "pattern": "^OK"},
         final_text="",
         reason="ü unicode ✓",
