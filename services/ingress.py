@@ -138,6 +138,27 @@ async def expire_approval(ctx: dict[str, Any], ref: dict[str, Any]) -> str:
     return message.approval_id
 
 
+async def sweep_approvals(ctx: dict[str, Any]) -> int:
+    """Periodic backstop for lost ``expire_approval`` jobs: expire every pending approval past
+    its time (the validator ignores one that was decided meanwhile); returns how many."""
+    rt: Runtime = ctx["runtime"]
+    posted = 0
+    for partition in range(rt.keys.partitions):
+        due = await rt.redis.zrangebyscore(
+            rt.keys.pending_approvals(partition), "-inf", now_ms(), start=0, num=SWEEP_BATCH
+        )
+        for raw in due:
+            run_id, _, approval_id = _text(raw).partition(" ")
+            record = await rt.ledger.get_approval(run_id, approval_id)
+            if record is None or record.state != "pending":
+                continue
+            ref = {"run_id": run_id, "turn": record.turn, "call_id": record.call_id,
+                   "approval_id": approval_id}
+            await expire_approval(ctx, ref)
+            posted += 1
+    return posted
+
+
 async def sweep_deadlines(ctx: dict[str, Any]) -> int:
     """Periodic: hand off every non-terminal run past its ``deadline_ms``; returns how many."""
     rt: Runtime = ctx["runtime"]
@@ -148,9 +169,12 @@ async def sweep_deadlines(ctx: dict[str, Any]) -> int:
             deadlines_index(rt.keys, partition), "-inf", now, start=0, num=SWEEP_BATCH
         )
         for raw in due:
-            run_id = raw.decode() if isinstance(raw, bytes) else str(raw)
-            handed += await hand_off_expired(rt, run_id, now)
+            handed += await hand_off_expired(rt, _text(raw), now)
     return handed
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -174,7 +198,15 @@ def create_worker(
         name="sweep_deadlines",
         second=set(range(0, 60, SWEEP_EVERY_S)),
         job_id=f"cron:{settings.key_prefix}:sweep_deadlines",
-        run_at_startup=not burst,
+        run_at_startup=True,
+        timeout=30,
+    )
+    approvals = cron(
+        sweep_approvals,
+        name="sweep_approvals",
+        second=set(range(5, 60, SWEEP_EVERY_S)),
+        job_id=f"cron:{settings.key_prefix}:sweep_approvals",
+        run_at_startup=True,
         timeout=30,
     )
     return Worker(
@@ -182,7 +214,9 @@ def create_worker(
             func(start_run, name=START_RUN),
             func(expire_approval, name=EXPIRE_APPROVAL),
         ],
-        cron_jobs=[sweep],
+        # Sweeps are for a serving worker: in burst mode one falling due mid-drain would add a
+        # job nobody queued.
+        cron_jobs=[] if burst else [sweep, approvals],
         queue_name=queue_name(settings),
         redis_settings=redis_settings(settings),
         burst=burst,

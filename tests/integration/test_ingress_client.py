@@ -17,10 +17,17 @@ import pytest
 import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 
-from services.ingress import create_worker, deadlines_index, start_run, sweep_deadlines
+from services.ingress import (
+    create_worker,
+    deadlines_index,
+    start_run,
+    sweep_approvals,
+    sweep_deadlines,
+)
+from shared.approvals import ApprovalRecord
 from shared.client import CallgateClient, JobFailedError
 from shared.config import Settings
-from shared.envelopes import TurnRequest, decode
+from shared.envelopes import ApprovalExpired, TurnRequest, decode
 from shared.errors import NotFoundError
 from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from shared.runspec import RunSpecError
@@ -194,6 +201,33 @@ async def test_deadline_sweep_hands_off_once(
     index = deadlines_index(runtime.keys, 0)
     assert await redis.zrange(index, 0, -1) == [later.encode()]
     assert await redis.ttl(runtime.keys.run(late)) > 0, "a finished run's keys expire"
+
+
+async def test_approval_sweep_expires_only_pending_approvals_past_their_time(
+    runtime: Runtime, redis: aioredis.Redis
+) -> None:
+    """The backstop for a lost ``expire_approval`` job: it posts the expiry, once per sweep,
+    only for approvals still pending and past their time; the validator applies it."""
+    now = int(time.time() * 1000)
+    keys = runtime.keys
+    for approval_id, state, expires_ms in (
+        ("apr-late", "pending", now - 1000),
+        ("apr-decided", "approved", now - 1000),
+        ("apr-live", "pending", now + 600_000),
+    ):
+        record = ApprovalRecord(
+            approval_id=approval_id, run_id="r-sweep", turn=1, call_id=f"c-{approval_id}",
+            tool="reserve_seat", tool_version="1", args_hash="h", arguments="{}",
+            requested_by="alice", approver_role="events-lead", expires_ms=expires_ms, state=state,
+        )
+        await redis.hset(keys.approval("r-sweep", approval_id), mapping=record.to_hash())  # type: ignore[misc]
+        await redis.zadd(keys.run_pending_approvals("r-sweep"),
+                         {f"r-sweep {approval_id}": expires_ms})
+    assert await sweep_approvals({"runtime": runtime}) == 1
+    entries = await redis.xrange(keys.run_stream("approvals", "r-sweep"))
+    [expired] = [decode(fields[b"d"]) for _, fields in entries]
+    assert isinstance(expired, ApprovalExpired)
+    assert (expired.approval_id, expired.call_id, expired.turn) == ("apr-late", "c-apr-late", 1)
 
 
 def test_module_entry_point_runs_queued_jobs(
