@@ -206,6 +206,7 @@ class Executor:
 
 async def _make_handler(runtime: Runtime) -> Handler:
     session = aiohttp.ClientSession()
+    runtime.closers.append(session.close)
     return Executor(runtime, session).handle
 
 

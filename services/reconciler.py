@@ -180,7 +180,9 @@ class Reconciler:
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
-    return Reconciler(runtime, aiohttp.ClientSession()).handle
+    session = aiohttp.ClientSession()
+    runtime.closers.append(session.close)
+    return Reconciler(runtime, session).handle
 
 
 SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, fail_run_for_dead_letter)

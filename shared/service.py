@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
@@ -35,8 +35,12 @@ class Runtime:
     keys: Keys
     ledger: Ledger
     consumer: str
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """What a handler factory opened (HTTP sessions), closed before Redis on shutdown."""
 
     async def close(self) -> None:
+        for close in reversed(self.closers):
+            await close()
         await self.redis.aclose()
 
 

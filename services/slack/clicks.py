@@ -127,7 +127,8 @@ class ClickHandler:
         decision = ApprovalDecision(
             run_id=record.run_id, turn=record.turn, call_id=record.call_id,
             approval_id=record.approval_id, decision=click.decision, approver=approver.user,
-            args_hash=click.value.args_hash, reason=f"slack_user={click.user_id}", source="slack",
+            # No reason: a button carries none, and the model must not see Slack user ids.
+            args_hash=click.value.args_hash, source="slack",
         )
         try:
             stream = self._keys.run_stream("approvals", record.run_id)
