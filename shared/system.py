@@ -132,13 +132,15 @@ class LocalSystem:
         """Start demo service ``name`` on a fixed free port; export its URL to the tools."""
         module, setting = SERVICES[name]
         # A fixed port, so a restarted service keeps the URL the workers were given.
-        url = self._listen(name, [sys.executable, "-m", module, "--port", str(free_port())])
+        url = self.start_listener(
+            name, [sys.executable, "-m", module, "--port", str(free_port())]
+        )
         self.env[setting] = url
         self.progress(f"{name} service at {url}")
         return url
 
     def _start_scripted_model(self) -> None:
-        url = self._listen(
+        url = self.start_listener(
             "model", [sys.executable, "-m", "services.scripted_model", "--port", str(free_port())]
         )
         self.env.setdefault("OPENAI_BASE_URL", f"{url}/v1")
@@ -148,8 +150,11 @@ class LocalSystem:
         self.env.setdefault("ANTHROPIC_API_KEY", "scripted-local")
         self.progress(f"scripted model server at {url}")
 
-    def _listen(self, name: str, argv: list[str]) -> str:
-        self.supervisor.start(name, argv, dict(self.env))
+    def start_listener(
+        self, name: str, argv: list[str], env: Mapping[str, str] | None = None
+    ) -> str:
+        """Start a child that prints ``listening on URL`` (with extra ``env``); return the URL."""
+        self.supervisor.start(name, argv, {**self.env, **(env or {})})
         url = self.supervisor.wait_for_line(name, LISTENING, START_TIMEOUT_S).group(1)
         self.urls[name] = url
         return url

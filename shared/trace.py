@@ -54,8 +54,13 @@ def _state(value: Any) -> str:
 
 
 def detail(data: dict[str, Any], width: int = DETAIL_MAX) -> str:
-    """Every field not shown in its own column, as ``key=value``, cut to ``width``."""
-    parts = [f"{key}={_text(value)}" for key, value in data.items() if key not in _STRUCTURED]
+    """Every field not shown in its own column (and not empty), as ``key=value``, cut to
+    ``width``."""
+    parts = [
+        f"{key}={_text(value)}"
+        for key, value in data.items()
+        if key not in _STRUCTURED and value is not None
+    ]
     return _short(" ".join(parts), width)
 
 

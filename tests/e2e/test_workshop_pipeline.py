@@ -1,82 +1,145 @@
-"""The workshop case end to end: a write that needs approval, decisions on the approvals
-stream, and a write whose answer is lost, settled by the reconciler — never replayed."""
+"""The workshop case end to end, for each protocol: a write that needs a human's approval,
+decided by signed Slack clicks (the real bot process against a local fake Slack Web API) or on
+the approvals stream as `callgate approve` does; refused decisions that change nothing; an
+approval that expires; and writes whose answer is lost — by a dropped connection or a SIGKILLed
+executor — settled by the reconciler, never replayed."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
-import redis.asyncio as aioredis
 
+from services.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
+from shared.cli import main
 from shared.client import CallgateClient
-from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis
-from shared.envelopes import ApprovalDecision, encode
+from shared.decisions import ApprovalDesk, DecisionKind, Outcome
+from shared.embedded_redis import EmbeddedRedis, free_port
 from shared.errors import NotFoundError
-from shared.keys import Keys
-from shared.store import Ledger
 from shared.system import LocalSystem, SystemSpec
+from tests import slack_clicks
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+TOKEN = "xoxb-e2e-bot-token-77"
+SECRET = "e2e-signing-secret-5f2a"
+CHANNEL = "C0WORKSHOP"
+CAROL, BOB = "U0CAROL", "U0BOB"
+SLACK_USERS = {CAROL: {"user": "carol", "roles": ["events-lead"]}, BOB: {"user": "bob"}}
 
 
 class Workshop:
-    def __init__(self, env: dict[str, str], booking_url: str) -> None:
-        self.booking_url = booking_url
-        self.settings = Settings(redis_url=env["REDIS_URL"], key_prefix=env["CALLGATE_KEY_PREFIX"])
+    def __init__(self, system: LocalSystem, slack_url: str, bot_url: str) -> None:
+        self.system = system
+        self.settings = system.settings
+        self.booking_url = system.urls["booking"]
+        self.slack_url = slack_url
+        self.events_url = f"{bot_url}/slack/events"
 
-    async def http(self, method: str, path: str, body: Any = None) -> Any:
+    async def http(self, method: str, url: str, body: Any = None) -> Any:
         async with (
             aiohttp.ClientSession() as http,
-            http.request(method, f"{self.booking_url}{path}", json=body) as reply,
+            http.request(method, url, json=body) as reply,
         ):
             return await reply.json()
 
-    async def submit(self, api: str) -> str:
+    async def booking(self, method: str, path: str, body: Any = None) -> Any:
+        return await self.http(method, f"{self.booking_url}{path}", body)
+
+    async def submit(self, api: str, **extra: Any) -> str:
         spec = {
             "api": api,
             "model": "workshop-reserve",
             "input": "Book me into ws-101",
             "identity": {"user": "alice"},
             "tool_modules": ["services.demo.workshop"],
+            **extra,
         }
         async with CallgateClient(self.settings) as client:
             return await client.submit(spec)
 
     async def until(self, run_id: str, *states: str, timeout_s: float = 30) -> dict[str, Any]:
+        """The run's view once its status is one of ``states``."""
+        return await self._poll(run_id, lambda v: v["status"] in states, timeout_s)
+
+    async def until_call(self, run_id: str, state: str, timeout_s: float = 30) -> dict[str, Any]:
+        """The run's view once its first call is in ``state``."""
+        return await self._poll(
+            run_id, lambda v: bool(v["calls"]) and v["calls"][0]["state"] == state, timeout_s
+        )
+
+    async def _poll(self, run_id: str, done: Any, timeout_s: float) -> dict[str, Any]:
+        view: dict[str, Any] = {"status": "not created"}
+        deadline = time.monotonic() + timeout_s
         async with CallgateClient(self.settings) as client:
-            view: dict[str, Any] = {"status": "not created"}
-            for _ in range(int(timeout_s / 0.05)):
+            while time.monotonic() < deadline:
                 try:
                     view = await client.view(run_id)
                 except NotFoundError:  # ingress has not created it yet
-                    await asyncio.sleep(0.05)
-                    continue
-                if view["status"] in states:
+                    view = {"status": "not created"}
+                if view["status"] != "not created" and done(view):
                     return view
                 await asyncio.sleep(0.05)
-        raise AssertionError(f"run {run_id} is {view['status']}, not {states}: {view}")
+        raise AssertionError(f"run {run_id} did not get there in {timeout_s}s: {view}")
 
-    async def decide(self, view: dict[str, Any], decision: str, approver: str, **kw: Any) -> None:
-        client = aioredis.Redis.from_url(self.settings.redis_url)
-        keys = Keys(self.settings.key_prefix, self.settings.partitions)
-        call = await Ledger(client, keys, self.settings).get_call(view["run_id"], "t1.0")
-        assert call is not None and call.approval_id is not None
-        message = ApprovalDecision(
-            run_id=call.run_id,
-            turn=call.turn,
-            call_id=call.call_id,
-            approval_id=call.approval_id,
-            decision=decision,  # type: ignore[arg-type]
-            approver=approver,
-            args_hash=kw.pop("args_hash", call.args_hash),
-            **kw,
+    async def decide(
+        self, run_id: str, decision: DecisionKind, approver: str, **kw: Any
+    ) -> Outcome | None:
+        """Post a decision on the run's approval (as `callgate approve` does); the verdict."""
+        async with CallgateClient(self.settings) as client:
+            call = await client.ledger.get_call(run_id, "t1.0")
+            assert call is not None and call.approval_id is not None
+            record = await client.ledger.get_approval(run_id, call.approval_id)
+            assert record is not None
+            desk = ApprovalDesk(client.redis, client.keys, client.ledger)
+            after = await desk.last_event_id(run_id)
+            message = await desk.post(record, decision, approver, **kw)
+            return await desk.wait_outcome(message, after, 15)
+
+    async def approval_state(self, run_id: str) -> str:
+        async with CallgateClient(self.settings) as client:
+            call = await client.ledger.get_call(run_id, "t1.0")
+            assert call is not None and call.approval_id is not None
+            record = await client.ledger.get_approval(run_id, call.approval_id)
+            assert record is not None
+            return record.state
+
+    async def slack_calls(self, method: str) -> list[dict[str, Any]]:
+        calls = (await self.http("GET", f"{self.slack_url}/_calls"))["calls"]
+        return [c for c in calls if c["method"] == method]
+
+    async def slack_request(self, run_id: str, timeout_s: float = 15) -> dict[str, Any]:
+        """The approval request the bot posted for ``run_id``, as Slack stores the message."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for call in await self.slack_calls("chat.postMessage"):
+                blocks = call["args"].get("blocks", [])
+                if any(b["type"] == "actions" for b in blocks):
+                    message = {"type": "message", "ts": "1700000000.000100",
+                               "text": call["args"]["text"], "blocks": blocks}
+                    value = slack_clicks.button_value(message, APPROVE_ACTION)
+                    if orjson.loads(value)["run_id"] == run_id:
+                        return message
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no approval request was posted to Slack for {run_id}")
+
+    async def click(
+        self, message: dict[str, Any], user: str, action: str = APPROVE_ACTION, *,
+        value: str | None = None, timestamp: int | None = None, signature: str | None = None,
+    ) -> int:
+        value = value or slack_clicks.button_value(message, action)
+        body = slack_clicks.click_body(message, user, action, value, CHANNEL)
+        return await slack_clicks.send_click(
+            self.events_url, body, SECRET, timestamp=timestamp, signature=signature
         )
-        await client.xadd(keys.run_stream("approvals", call.run_id), {"d": encode(message)})
-        await client.aclose()
+
+    async def ephemerals(self) -> list[str]:
+        return [str(c["args"]["text"]) for c in await self.slack_calls("chat.postEphemeral")]
 
 
 @pytest.fixture(scope="module")
@@ -92,30 +155,92 @@ def workshop(redis_server: EmbeddedRedis) -> Iterator[Workshop]:
         grace_s=3.0,
     )
     with LocalSystem(spec) as system:
-        yield Workshop(system.env, system.urls["booking"])
+        slack = system.start_listener(
+            "slack", [sys.executable, "-m", "services.fake_slack", "--port", str(free_port()),
+                      "--token", TOKEN])
+        bot = system.start_listener(
+            "slack_approvals",
+            [sys.executable, "-m", "services.slack_approvals", "--port", str(free_port())],
+            {
+                "CALLGATE_SLACK_API_URL": f"{slack}/api/",
+                "CALLGATE_SLACK_BOT_TOKEN": TOKEN,
+                "CALLGATE_SLACK_SIGNING_SECRET": SECRET,
+                "CALLGATE_SLACK_CHANNEL": CHANNEL,
+                "CALLGATE_SLACK_APPROVERS": orjson.dumps(SLACK_USERS).decode(),
+            },
+        )
+        yield Workshop(system, slack, bot)
 
 
 @pytest.fixture(autouse=True)
-async def fresh_booking(workshop: Workshop) -> None:
-    await workshop.http("POST", "/_reset")
+async def fresh(workshop: Workshop) -> None:
+    await workshop.booking("POST", "/_reset")
+    await workshop.http("DELETE", f"{workshop.slack_url}/_calls")
+
+
+async def reserve_requests(workshop: Workshop) -> int:
+    return int((await workshop.booking("GET", "/_stats"))["reserve"]["requests"])
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_approved_write_runs_exactly_once(workshop: Workshop, api: str) -> None:
+async def test_signed_slack_approval_reserves_exactly_once(workshop: Workshop, api: str) -> None:
     run_id = await workshop.submit(api)
-    paused = await workshop.until(run_id, "paused_approval")
-    assert (await workshop.http("GET", "/_stats"))["reserve"]["requests"] == 0
-    await workshop.decide(paused, "deny", "bob")  # lacks the role: refused, nothing changes
-    await workshop.decide(paused, "approve", "carol", args_hash="0" * 64)  # other arguments
-    await asyncio.sleep(0.5)
-    assert (await workshop.until(run_id, "paused_approval"))["status"] == "paused_approval"
-    await workshop.decide(paused, "approve", "carol")
+    await workshop.until(run_id, "paused_approval")
+    message = await workshop.slack_request(run_id)
+    assert await reserve_requests(workshop) == 0, "nothing runs before the decision"
+    assert await workshop.click(message, CAROL) == 200
     view = await workshop.until(run_id, "completed")
-    await workshop.decide(paused, "deny", "carol")  # a second decision changes nothing
-    stats = await workshop.http("GET", "/_stats")
+    stats = await workshop.booking("GET", "/_stats")
+    assert stats["reserve"]["requests"] == 1
     assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
     assert view["calls"][0]["state"] == "succeeded"
     assert "p-alice" in view["final_text"]
+    [update] = await workshop.slack_calls("chat.update")
+    assert update["args"]["text"] == "approved by carol"
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_refused_decisions_change_nothing(workshop: Workshop, api: str) -> None:
+    run_id = await workshop.submit(api)
+    await workshop.until(run_id, "paused_approval")
+    message = await workshop.slack_request(run_id)
+    tampered = ButtonValue.model_validate(
+        {**orjson.loads(slack_clicks.button_value(message, APPROVE_ACTION)), "args_hash": "0" * 64}
+    ).to_value()
+
+    # Slack refuses before callgate hears of it: bad signature, stale timestamp (401) ...
+    assert await workshop.click(message, CAROL, signature="v0=" + "0" * 64) == 401
+    assert await workshop.click(message, CAROL, timestamp=int(time.time()) - 600) == 401
+    # ... the bot refuses a user without the role and a button for other arguments ...
+    assert await workshop.click(message, BOB) == 200
+    assert await workshop.click(message, CAROL, value=tampered) == 200
+    refusals = await workshop.ephemerals()
+    assert any("role 'events-lead'" in r for r in refusals), refusals
+    assert any("arguments changed" in r for r in refusals), refusals
+    # ... and the validator refuses what reaches the stream without matching.
+    other_args = await workshop.decide(run_id, "approve", "carol", args_hash="0" * 64)
+    no_role = await workshop.decide(run_id, "approve", "bob")
+    assert other_args is not None and not other_args.applied
+    assert "different arguments" in str(other_args.reason)
+    assert no_role is not None and not no_role.applied
+    assert "does not hold the role" in str(no_role.reason)
+
+    still = await workshop.until(run_id, "paused_approval")
+    assert still["calls"][0]["state"] == "needs_approval"
+    assert await workshop.approval_state(run_id) == "pending"
+    assert await reserve_requests(workshop) == 0
+
+    assert await workshop.click(message, CAROL) == 200
+    await workshop.until(run_id, "completed")
+    # A second decision, by click or on the stream, changes nothing either.
+    assert await workshop.click(message, CAROL, DENY_ACTION) == 200
+    assert any("already approved" in r for r in await workshop.ephemerals())
+    second = await workshop.decide(run_id, "deny", "carol", reason="changed my mind")
+    assert second is not None and not second.applied
+    stats = await workshop.booking("GET", "/_stats")
+    assert stats["reserve"]["requests"] == 1
+    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    assert (await workshop.until(run_id, "completed"))["calls"][0]["state"] == "succeeded"
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -123,36 +248,123 @@ async def test_denied_write_never_runs_and_the_model_is_told_why(
     workshop: Workshop, api: str
 ) -> None:
     run_id = await workshop.submit(api)
-    await workshop.decide(
-        await workshop.until(run_id, "paused_approval"), "deny", "carol", reason="budget frozen"
-    )
+    await workshop.until(run_id, "paused_approval")
+    verdict = await workshop.decide(run_id, "deny", "carol", reason="budget frozen")
+    assert verdict is not None and verdict.applied
     view = await workshop.until(run_id, "completed")
-    assert (await workshop.http("GET", "/_stats"))["reserve"]["requests"] == 0
+    assert await reserve_requests(workshop) == 0
     assert view["calls"][0]["state"] == "denied"
     assert "denied by approver carol: budget frozen" in view["final_text"]
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_lost_answer_is_reconciled_not_replayed(workshop: Workshop, api: str) -> None:
-    await workshop.http("POST", "/_faults", {"reserve": {"mode": "commit_then_drop", "count": 1}})
-    run_id = await workshop.submit(api)
-    await workshop.decide(await workshop.until(run_id, "paused_approval"), "approve", "carol")
+async def test_expired_approval_refuses_late_decisions_and_tells_the_model(
+    workshop: Workshop, api: str
+) -> None:
+    run_id = await workshop.submit(api, approval_ttl_s=1.0)
+    message = await workshop.slack_request(run_id)
+    # Nobody decides: arq's deferred job expires the approval, and the run goes on.
     view = await workshop.until(run_id, "completed")
-    stats = await workshop.http("GET", "/_stats")
+    assert view["calls"][0]["state"] == "expired"
+    assert "approval_expired" in view["final_text"]
+    assert await workshop.click(message, CAROL) == 200
+    assert any("already expired" in r for r in await workshop.ephemerals())
+    late = await workshop.decide(run_id, "approve", "carol")
+    assert late is not None and not late.applied
+    assert await reserve_requests(workshop) == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_lost_answer_is_reconciled_not_replayed(workshop: Workshop, api: str) -> None:
+    drop = {"mode": "commit_then_drop", "count": 1}
+    await workshop.booking("POST", "/_faults", {"reserve": drop})
+    run_id = await workshop.submit(api)
+    await workshop.until(run_id, "paused_approval")
+    await workshop.decide(run_id, "approve", "carol")
+    view = await workshop.until(run_id, "completed")
+    stats = await workshop.booking("GET", "/_stats")
     assert stats["reserve"]["requests"] == 1
     assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
     assert view["calls"][0]["state"] == "succeeded"
     assert "reservation_id" in view["final_text"]
 
 
-async def test_inconclusive_reconciliation_pauses_the_run(workshop: Workshop) -> None:
-    await workshop.http(
+@pytest.mark.parametrize("api", APIS)
+async def test_inconclusive_reconciliation_pauses_the_run_and_notifies(
+    workshop: Workshop, api: str
+) -> None:
+    await workshop.booking(
         "POST",
         "/_faults",
         {"reserve": {"mode": "commit_then_drop", "count": 1}, "lookup": {"mode": "lookup_unknown"}},
     )
-    run_id = await workshop.submit("openai-chat")
-    await workshop.decide(await workshop.until(run_id, "paused_approval"), "approve", "carol")
+    run_id = await workshop.submit(api)
+    await workshop.until(run_id, "paused_approval")
+    await workshop.decide(run_id, "approve", "carol")
     view = await workshop.until(run_id, "paused_unknown_outcome")
     assert view["calls"][0]["state"] == "unresolved"
-    assert (await workshop.http("GET", "/_stats"))["reserve"]["requests"] == 1
+    assert await reserve_requests(workshop) == 1, "nothing is replayed"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        posts = [c["args"]["text"] for c in await workshop.slack_calls("chat.postMessage")]
+        if any("write outcome unknown" in p and run_id in p for p in posts):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(f"no unknown-outcome notification for {run_id}: {posts}")
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_executor_killed_mid_write_is_reconciled_never_replayed(
+    workshop: Workshop, api: str
+) -> None:
+    # The booking service commits at once, then holds the answer: the write is in flight.
+    slow = {"mode": "slow", "delay_s": 4.0, "commit": "before", "count": 1}
+    await workshop.booking("POST", "/_faults", {"reserve": slow})
+    run_id = await workshop.submit(api)
+    await workshop.until(run_id, "paused_approval")
+    await workshop.decide(run_id, "approve", "carol")
+    await workshop.until_call(run_id, "executing")
+    deadline = time.monotonic() + 10
+    while await reserve_requests(workshop) == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    supervisor = workshop.system.supervisor
+    killed_pid = supervisor.pids()["executor"]
+    supervisor.kill("executor")
+
+    view = await workshop.until(run_id, "completed", timeout_s=45)
+    assert supervisor.wait_restarted("executor", killed_pid, 10) != killed_pid
+    stats = await workshop.booking("GET", "/_stats")
+    assert stats["reserve"]["requests"] == 1, "the write was never sent again"
+    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    assert view["calls"][0]["state"] == "succeeded"
+    async with CallgateClient(workshop.settings) as client:
+        moves = [(e.data.get("from"), e.data.get("to")) for e in await client.events(run_id)
+                 if e.type == "call.transition"]
+    assert (["executing"], "unknown") in moves and (["unknown"], "reconciling") in moves
+
+
+def test_cli_lists_approves_and_refuses(
+    workshop: Workshop, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("REDIS_URL", workshop.settings.redis_url)
+    monkeypatch.setenv("CALLGATE_KEY_PREFIX", workshop.settings.key_prefix)
+    run_id = asyncio.run(workshop.submit("openai-chat"))
+    asyncio.run(workshop.until(run_id, "paused_approval"))
+    capsys.readouterr()
+    assert main(["approvals", "--json"]) == 0
+    [pending] = [a for a in orjson.loads(capsys.readouterr().out) if a["run_id"] == run_id]
+    assert pending["arguments"] == {"event_id": "ws-101", "participant_id": "p-alice"}
+    assert (pending["tool"], pending["approver_role"]) == ("reserve_seat", "events-lead")
+    approval_id = pending["approval_id"]
+
+    assert main(["approve", approval_id, "--as", "bob"]) == 1
+    assert "refused: bob does not hold the role events-lead" in capsys.readouterr().err
+    assert main(["approvals"]) == 0
+    assert approval_id in capsys.readouterr().out, "a refused decision leaves it pending"
+    assert main(["approve", approval_id, "--as", "carol"]) == 0
+    assert f"approved {approval_id}" in capsys.readouterr().out
+    asyncio.run(workshop.until(run_id, "completed"))
+    assert main(["deny", approval_id, "--as", "carol", "--reason", "late"]) == 1
+    assert "no pending approval" in capsys.readouterr().err
+    assert asyncio.run(reserve_requests(workshop)) == 1

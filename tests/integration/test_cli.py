@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
 import subprocess
 import sys
 
@@ -70,3 +71,44 @@ def test_demo_travel_end_to_end(settings: Settings) -> None:
     assert '"status":"on_time"' in proc.stdout and "light rain" in proc.stdout
     assert "scripted model server" in proc.stderr and "stopping" in proc.stderr
     assert "scripted-local" not in proc.stdout
+
+
+def _demo_env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
+                        "ANTHROPIC_BASE_URL", "CALLGATE_KEY_PREFIX", "CALLGATE_APPROVERS"}}
+    env["REDIS_URL"] = settings.redis_url
+    return env
+
+
+def test_demo_workshop_asks_in_the_terminal_and_books_once(settings: Settings) -> None:
+    """The approval is asked at a real terminal (a pty on stdin); typed answers decide it."""
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli", "demo", "workshop", "--api", "anthropic-messages",
+             "--timeout", "45"],
+            stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=_demo_env(settings),
+        )
+        os.write(primary, b"y\ncarol\n")  # held by the terminal until the demo asks
+        out, err = proc.communicate(timeout=90)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Approve this call? [y/N]" in out and "Decide as [carol]" in out
+    assert "reserve_seat" in err and "approved apr_" in err
+    assert "needs_approval→approved" in out and "executing→succeeded" in out
+    assert "status: completed" in out
+    assert "booking service: 1 reservation(s): ws-101/p-alice ×1" in out
+
+
+def test_demo_workshop_without_a_terminal_needs_approve_as(settings: Settings) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "demo", "workshop", "--timeout", "45"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_demo_env(settings),
+        timeout=90,
+    )
+    assert proc.returncode == 1
+    assert "pass --approve-as USER" in proc.stderr

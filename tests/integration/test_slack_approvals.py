@@ -9,8 +9,6 @@ on observable state rather than sleeps.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
 import subprocess
 import sys
@@ -18,7 +16,6 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -32,6 +29,8 @@ from services.slack.settings import Approver, SlackSettings
 from shared.config import Settings
 from shared.envelopes import ApprovalDecision, decode
 from shared.keys import Keys
+from tests import slack_clicks
+from tests.slack_clicks import button_value
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "xoxb-test-bot-token-4242"
@@ -100,42 +99,18 @@ async def notify(redis: aioredis.Redis, keys: Keys, **fields: Any) -> None:
 
 
 def click_body(message: dict[str, Any], user: str, action_id: str, value: str) -> str:
-    """A block_actions request body as Slack sends it."""
-    payload = {
-        "type": "block_actions",
-        "user": {"id": user, "username": user.lower(), "team_id": "T0FAKE"},
-        "api_app_id": "A0APP", "token": "legacy-verification-token", "trigger_id": "1.2.3",
-        "team": {"id": "T0FAKE", "domain": "fake"},
-        "container": {"type": "message", "message_ts": message["ts"], "channel_id": CHANNEL,
-                      "is_ephemeral": False},
-        "channel": {"id": CHANNEL, "name": "approvals"},
-        "message": message,
-        "response_url": "http://127.0.0.1:9/unused",
-        "actions": [{"type": "button", "action_id": action_id, "block_id": "callgate_approval",
-                     "value": value, "text": {"type": "plain_text", "text": "x"},
-                     "action_ts": str(time.time())}],
-    }
-    return urlencode({"payload": orjson.dumps(payload).decode()})
+    return slack_clicks.click_body(message, user, action_id, value, CHANNEL)
 
 
 def sign(body: str, timestamp: int, secret: str = SECRET) -> str:
-    digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256)
-    return f"v0={digest.hexdigest()}"
+    return slack_clicks.sign(body, timestamp, secret)
 
 
 async def send_click(
     url: str, body: str, *, timestamp: int | None = None, signature: str | None = None
 ) -> int:
-    ts = int(time.time()) if timestamp is None else timestamp
-    headers = {
-        "Content-Type": "application/x-www-form-urlencoded",
-        "X-Slack-Request-Timestamp": str(ts),
-        "X-Slack-Signature": signature or sign(body, ts),
-    }
-    async with aiohttp.ClientSession() as session, session.post(
-        url, data=body, headers=headers
-    ) as resp:
-        return resp.status
+    return await slack_clicks.send_click(url, body, SECRET, timestamp=timestamp,
+                                         signature=signature)
 
 
 async def decisions(redis: aioredis.Redis, keys: Keys) -> list[ApprovalDecision]:
@@ -155,12 +130,6 @@ async def posted_request(app: SlackBot, fake: FakeSlack, redis: aioredis.Redis) 
     (call,) = fake.calls_of("chat.postMessage")
     return {"type": "message", "ts": "1700000000.000100", "text": call["args"]["text"],
             "blocks": call["args"]["blocks"]}
-
-
-def button_value(message: dict[str, Any], action_id: str) -> str:
-    (actions,) = [b for b in message["blocks"] if b["type"] == "actions"]
-    (button,) = [e for e in actions["elements"] if e["action_id"] == action_id]
-    return str(button["value"])
 
 
 async def test_approval_request_is_posted_with_approve_and_deny_buttons(
