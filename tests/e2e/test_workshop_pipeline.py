@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from services.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
+from shared.approvals import ApprovalRecord
 from shared.cli import main
 from shared.client import CallgateClient
 from shared.decisions import ApprovalDesk, DecisionKind, Outcome
@@ -51,10 +52,10 @@ class Workshop:
     async def booking(self, method: str, path: str, body: Any = None) -> Any:
         return await self.http(method, f"{self.booking_url}{path}", body)
 
-    async def submit(self, api: str, **extra: Any) -> str:
+    async def submit(self, api: str, model: str = "workshop-reserve", **extra: Any) -> str:
         spec = {
             "api": api,
-            "model": "workshop-reserve",
+            "model": model,
             "input": "Book me into ws-101",
             "identity": {"user": "alice"},
             "tool_modules": ["services.demo.workshop"],
@@ -65,15 +66,15 @@ class Workshop:
 
     async def until(self, run_id: str, *states: str, timeout_s: float = 30) -> dict[str, Any]:
         """The run's view once its status is one of ``states``."""
-        return await self._poll(run_id, lambda v: v["status"] in states, timeout_s)
+        return await self.poll(run_id, lambda v: v["status"] in states, timeout_s)
 
     async def until_call(self, run_id: str, state: str, timeout_s: float = 30) -> dict[str, Any]:
         """The run's view once its first call is in ``state``."""
-        return await self._poll(
+        return await self.poll(
             run_id, lambda v: bool(v["calls"]) and v["calls"][0]["state"] == state, timeout_s
         )
 
-    async def _poll(self, run_id: str, done: Any, timeout_s: float) -> dict[str, Any]:
+    async def poll(self, run_id: str, done: Any, timeout_s: float) -> dict[str, Any]:
         view: dict[str, Any] = {"status": "not created"}
         deadline = time.monotonic() + timeout_s
         async with CallgateClient(self.settings) as client:
@@ -87,15 +88,20 @@ class Workshop:
                 await asyncio.sleep(0.05)
         raise AssertionError(f"run {run_id} did not get there in {timeout_s}s: {view}")
 
+    async def approval(self, client: CallgateClient, run_id: str) -> ApprovalRecord:
+        """The approval record of the run's (one) call that needs a human."""
+        calls = await client.ledger.get_calls(run_id, await client.ledger.run_call_ids(run_id, 1))
+        [approval_id] = [c.approval_id for c in calls if c.approval_id is not None]
+        record = await client.ledger.get_approval(run_id, approval_id)
+        assert record is not None
+        return record
+
     async def decide(
         self, run_id: str, decision: DecisionKind, approver: str, **kw: Any
     ) -> Outcome | None:
         """Post a decision on the run's approval (as `callgate approve` does); the verdict."""
         async with CallgateClient(self.settings) as client:
-            call = await client.ledger.get_call(run_id, "t1.0")
-            assert call is not None and call.approval_id is not None
-            record = await client.ledger.get_approval(run_id, call.approval_id)
-            assert record is not None
+            record = await self.approval(client, run_id)
             desk = ApprovalDesk(client.redis, client.keys, client.ledger)
             after = await desk.last_event_id(run_id)
             message = await desk.post(record, decision, approver, **kw)
@@ -103,11 +109,7 @@ class Workshop:
 
     async def approval_state(self, run_id: str) -> str:
         async with CallgateClient(self.settings) as client:
-            call = await client.ledger.get_call(run_id, "t1.0")
-            assert call is not None and call.approval_id is not None
-            record = await client.ledger.get_approval(run_id, call.approval_id)
-            assert record is not None
-            return record.state
+            return (await self.approval(client, run_id)).state
 
     async def slack_calls(self, method: str) -> list[dict[str, Any]]:
         calls = (await self.http("GET", f"{self.slack_url}/_calls"))["calls"]
@@ -241,6 +243,25 @@ async def test_refused_decisions_change_nothing(workshop: Workshop, api: str) ->
     assert stats["reserve"]["requests"] == 1
     assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
     assert (await workshop.until(run_id, "completed"))["calls"][0]["state"] == "succeeded"
+
+
+async def test_mixed_batch_runs_the_read_and_holds_the_write_until_approved(
+    workshop: Workshop,
+) -> None:
+    """The default batch policy (hold_effects): while one call of the batch waits for a human,
+    reads run and nothing with an effect does; both results go back together, by call id."""
+    run_id = await workshop.submit("openai-responses", "workshop-mixed")
+    await workshop.until(run_id, "paused_approval")
+    view = await workshop.poll(run_id, lambda v: v["calls"][0]["state"] == "succeeded", 15)
+    assert [c["tool"] for c in view["calls"]] == ["check_seats", "reserve_seat"]
+    assert view["status"] == "paused_approval"
+    assert view["calls"][1]["state"] == "needs_approval"
+    assert await reserve_requests(workshop) == 0
+    await workshop.decide(run_id, "approve", "carol")
+    view = await workshop.until(run_id, "completed")
+    assert [c["state"] for c in view["calls"]] == ["succeeded", "succeeded"]
+    assert '"available":2' in view["final_text"] and "reservation_id" in view["final_text"]
+    assert await reserve_requests(workshop) == 1
 
 
 @pytest.mark.parametrize("api", APIS)
