@@ -4,7 +4,8 @@ Taking a call is a compare-and-set (``allowed|approved → executing``, attempt 
 redelivered message never starts a second execution while the first is alive.  A message
 redelivered because its executor died finds the call still ``executing``: a read is redone,
 an idempotent write is retried with the same operation id, and a write becomes ``unknown``
-and goes to the reconciler — never replayed (DESIGN §8).
+and goes to the reconciler — never replayed (DESIGN §8).  A lost answer (timeout, dropped
+connection) fails a read with an explicit error and makes any write ``unknown``.
 """
 
 from __future__ import annotations
@@ -122,7 +123,9 @@ class Executor:
         except ToolError as exc:
             return Outcome(CallState.FAILED, error_result(exc.code, exc.message))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            if tool.effect is Effect.WRITE:
+            if tool.is_write:
+                # The effect may have happened: reconcile; never tell the model "error", which
+                # invites it to ask again under a new operation id.
                 return Outcome(CallState.UNKNOWN, None)
             code = "timeout" if isinstance(exc, TimeoutError) else "unavailable"
             message = (

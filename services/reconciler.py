@@ -1,9 +1,11 @@
 """reconciler worker: settles writes whose outcome is unknown, without ever replaying them.
 
 For a call in ``unknown`` it asks the authoritative system, through the tool's
-``reconcile(operation_id)``, on a back-off schedule: one matching effect → ``succeeded`` with
-the confirmed result; none → ``failed`` ("not applied"); still unknown after the last check →
-``unresolved``: the run pauses (``paused_unknown_outcome``) and a human is notified (DESIGN §8).
+``reconcile(operation_id)`` — or, for an idempotent write without one, by sending the same
+request under the same operation id again — on a back-off schedule: one matching effect →
+``succeeded`` with the confirmed result; none → ``failed`` ("not applied"); still unknown
+after the last check → ``unresolved``: the run pauses (``paused_unknown_outcome``) and a human
+is notified (DESIGN §8).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import orjson
 
 from shared.crashpoints import crash_point
 from shared.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
-from shared.errors import EnvelopeError, NotFoundError
+from shared.errors import EnvelopeError, NotFoundError, ToolError
 from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.streams import Delivery, Handler
-from shared.tools import Reconciliation, Tool, call_context, load_registry
+from shared.tools import Effect, Reconciliation, Tool, call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.reconciler")
@@ -57,7 +59,7 @@ class Reconciler:
         elif call.state != CallState.RECONCILING:
             return  # settled already
         tool = load_registry(run.tool_modules).get(call.tool)
-        if tool is None or tool.reconcile is None:
+        if tool is None or (tool.reconcile is None and tool.effect is not Effect.IDEMPOTENT_WRITE):
             raise NotFoundError(f"tool {call.tool!r} cannot reconcile")
         schedule = self.rt.settings.reconcile_schedule_s
         for attempt, delay_s in enumerate(schedule, start=1):
@@ -74,13 +76,24 @@ class Reconciler:
     async def _ask(
         self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
     ) -> Reconciliation:
-        assert tool.reconcile is not None
         ctx = call_context(run, call, self.session, attempt)
+        args = tool.validate(call.arguments or {})
+        operation_id = call.operation_id or ""
         try:
-            answer = await asyncio.wait_for(
-                tool.reconcile(ctx, tool.validate(call.arguments or {}), call.operation_id or ""),
-                tool.timeout_s,
-            )
+            if tool.reconcile is not None:
+                answer = await asyncio.wait_for(
+                    tool.reconcile(ctx, args, operation_id), tool.timeout_s
+                )
+            else:
+                # An idempotent write without a lookup: the same request under the same
+                # operation id is the question, and the downstream's answer is the outcome.
+                payload = await asyncio.wait_for(
+                    tool.execute(ctx, args, operation_id), tool.timeout_s
+                )
+                answer = Reconciliation("applied", payload)
+        except ToolError as exc:
+            log.info("idempotent retry refused: %s", exc.code)
+            return Reconciliation("not_applied")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.info("reconcile inconclusive: %s", type(exc).__name__)
             return Reconciliation("unknown")

@@ -9,8 +9,9 @@ sees raw model output.
 Error contract for ``execute``: raise `shared.errors.ToolError` for a definitive failure the
 model should be told (e.g. "no such train").  Any other exception (``aiohttp.ClientError``,
 ``TimeoutError``) means the outcome is not known to the tool; the executor decides by effect:
-a read is redone, a write becomes ``unknown`` and goes to ``reconcile``.  The executor, not
-the tool, enforces ``timeout_s``.
+a read fails with an explicit "unavailable"/"timeout" result, any write becomes ``unknown``
+and goes to the reconciler (``reconcile``, or for an idempotent write without one, the same
+request under the same operation id).  The executor, not the tool, enforces ``timeout_s``.
 """
 
 from __future__ import annotations
