@@ -183,7 +183,8 @@ def _text(raw: bytes | str) -> str:
 def create_worker(
     settings: Settings, *, burst: bool = False, handle_signals: bool = True
 ) -> Worker:
-    """The arq worker for ``settings``: JSON jobs, prefixed queue, one deadline sweep cron."""
+    """The arq worker for ``settings``: JSON jobs, prefixed queue, and (unless ``burst``) the
+    deadline and approval-expiry sweeps every `SWEEP_EVERY_S`."""
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         ctx["runtime"] = build_runtime("ingress", settings)
@@ -193,22 +194,17 @@ def create_worker(
         if runtime is not None:
             await runtime.close()
 
-    sweep = cron(
-        sweep_deadlines,
-        name="sweep_deadlines",
-        second=set(range(0, 60, SWEEP_EVERY_S)),
-        job_id=f"cron:{settings.key_prefix}:sweep_deadlines",
-        run_at_startup=True,
-        timeout=30,
-    )
-    approvals = cron(
-        sweep_approvals,
-        name="sweep_approvals",
-        second=set(range(5, 60, SWEEP_EVERY_S)),
-        job_id=f"cron:{settings.key_prefix}:sweep_approvals",
-        run_at_startup=True,
-        timeout=30,
-    )
+    sweeps = [
+        cron(
+            sweep,
+            name=sweep.__name__,
+            second=set(range(offset_s, 60, SWEEP_EVERY_S)),
+            job_id=f"cron:{settings.key_prefix}:{sweep.__name__}",
+            run_at_startup=True,
+            timeout=30,
+        )
+        for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals))
+    ]
     return Worker(
         functions=[
             func(start_run, name=START_RUN),
@@ -216,7 +212,7 @@ def create_worker(
         ],
         # Sweeps are for a serving worker: in burst mode one falling due mid-drain would add a
         # job nobody queued.
-        cron_jobs=[] if burst else [sweep, approvals],
+        cron_jobs=[] if burst else sweeps,
         queue_name=queue_name(settings),
         redis_settings=redis_settings(settings),
         burst=burst,

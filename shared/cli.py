@@ -154,6 +154,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from shared.demo import DEMOS
+
     parser = argparse.ArgumentParser(prog="callgate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -184,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(handler=cmd_up)
 
     demo = sub.add_parser("demo", help="run a demo end to end")
-    demo.add_argument("name", choices=["travel", "workshop"])
+    demo.add_argument("name", choices=sorted(DEMOS))
     demo.add_argument("--api", choices=APIS)
     demo.add_argument("--input", help="default: the demo's own question")
     demo.add_argument("--approve-as", metavar="USER",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared.client import CallgateClient
@@ -24,14 +24,42 @@ from shared.supervisor import prefix_sink, quiet_sink
 from shared.system import LocalSystem, SystemSpec
 from shared.trace import render
 
-QUESTION = "Is my train G1234 on 2026-12-20 on time, and what's the weather in Hangzhou?"
-SCENARIO = "travel-demo"
-WORKSHOP_SCENARIO = "workshop-reserve"
-"""The scripted-model scenarios (services/scenarios/*.json) the demos run."""
 REAL_MODELS = {
     "openai-responses": "gpt-4.1-mini",
     "openai-chat": "gpt-4.1-mini",
     "anthropic-messages": "claude-sonnet-4-5",
+}
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One demo: the services its tools need, its question, and its scripted-model scenario."""
+
+    service: str
+    tool_module: str
+    question: str
+    instructions: str
+    scenario: str
+    """The scripted-model scenario (services/scenarios/<name>.json) it runs without a key."""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+DEMOS = {
+    "travel": Demo(
+        service="travel",
+        tool_module="services.demo.travel",
+        question="Is my train G1234 on 2026-12-20 on time, and what's the weather in Hangzhou?",
+        instructions="You are a travel assistant. Use the tools; answer briefly.",
+        scenario="travel-demo",
+    ),
+    "workshop": Demo(
+        service="booking",
+        tool_module="services.demo.workshop",
+        question=WORKSHOP_INPUT,
+        instructions="You book workshop seats. Use the tools; answer briefly.",
+        scenario="workshop-reserve",
+        env=workshop_env(),
+    ),
 }
 
 
@@ -56,27 +84,15 @@ def choose_api(env: Mapping[str, str], requested: str | None) -> str:
     return "openai-responses"
 
 
-def travel_spec(options: DemoOptions, api: str, model: str) -> dict[str, Any]:
+def run_spec(demo: Demo, options: DemoOptions, api: str, model: str) -> dict[str, Any]:
+    """alice's run.  No deadline: a human may take their time over an approval."""
     return {
         "api": api,
         "model": model,
-        "input": options.input or QUESTION,
-        "instructions": "You are a travel assistant. Use the tools; answer briefly.",
+        "input": options.input or demo.question,
+        "instructions": demo.instructions,
         "identity": {"user": "alice"},
-        "tool_modules": ["services.demo.travel"],
-        "max_turns": 6,
-        "deadline_s": options.timeout_s,
-    }
-
-
-def workshop_spec(options: DemoOptions, api: str, model: str) -> dict[str, Any]:
-    return {
-        "api": api,
-        "model": model,
-        "input": options.input or WORKSHOP_INPUT,
-        "instructions": "You book workshop seats. Use the tools; answer briefly.",
-        "identity": {"user": "alice"},
-        "tool_modules": ["services.demo.workshop"],
+        "tool_modules": [demo.tool_module],
         "max_turns": 6,
     }
 
@@ -101,19 +117,18 @@ async def drive(system: LocalSystem, spec: dict[str, Any], options: DemoOptions,
 def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> int:
     """The demo, start to clean stop; 0 if the run completed."""
     sink = prefix_sink(sys.stderr) if options.verbose else quiet_sink
-    workshop = options.name == "workshop"
-    spec = SystemSpec(services=("booking",), env=workshop_env()) if workshop else SystemSpec(
-        services=("travel",))
-    system = LocalSystem(spec, progress=progress, sink=sink)
+    demo = DEMOS[options.name]
+    system = LocalSystem(
+        SystemSpec(services=(demo.service,), env=demo.env), progress=progress, sink=sink
+    )
     try:
         system.start()
         api = choose_api(system.env, options.api)
-        scenario = WORKSHOP_SCENARIO if workshop else SCENARIO
-        model = options.model or (scenario if system.scripted else REAL_MODELS[api])
+        model = options.model or (demo.scenario if system.scripted else REAL_MODELS[api])
         progress(f"api {api}, model {model}")
-        run_spec = (workshop_spec if workshop else travel_spec)(options, api, model)
-        view, trace = asyncio.run(drive(system, run_spec, options, progress))
-        summary = booking_summary(system.urls["booking"]) if workshop else None
+        spec = run_spec(demo, options, api, model)
+        view, trace = asyncio.run(drive(system, spec, options, progress))
+        summary = booking_summary(system.urls["booking"]) if demo.service == "booking" else None
     except (TimeoutError, RuntimeError, OSError, CallgateError, EOFError) as exc:
         progress(f"demo failed: {exc}")
         for line in system.tails():

@@ -41,16 +41,6 @@ class ToolSpecLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """A tool offered to the model."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    """JSON schema of the arguments object."""
-
-
-@dataclass(frozen=True, slots=True)
 class TurnInput:
     """Everything one model request needs; history is provider-native and sent as is."""
 

@@ -11,7 +11,8 @@ import pytest
 
 from services.scripted_model import ScriptedModelServer
 from shared.providers import get_adapter
-from shared.providers.base import ToolResultInput, ToolSpec, TurnInput, TurnOutcome
+from shared.providers.base import ToolResultInput, TurnInput, TurnOutcome
+from shared.tools import ToolSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 WEATHER = {"name": "get_weather", "arguments": {"city": "Hangzhou 杭州 🌧"}}

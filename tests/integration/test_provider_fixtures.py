@@ -26,10 +26,10 @@ from shared.providers.base import (
     Refused,
     RequestFailed,
     ToolRequests,
-    ToolSpec,
     TurnInput,
     TurnOutcome,
 )
+from shared.tools import ToolSpec
 from tests.integration.fixture_server import FixtureServer, Reply
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "provider-fixtures"
