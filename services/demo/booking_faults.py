@@ -13,6 +13,9 @@
 (reserve only); ``slow`` waits ``delay_s`` before answering, committing before or after the
 wait; ``reject`` answers a business error; ``unreachable`` closes the connection at once
 without committing; ``lookup_unknown`` makes the reservation lookup answer 503 (lookup only).
+
+``POST /_faults?run_id=R`` arms faults for the requests of run R only (the tools send
+``X-Callgate-Run-Id``); such a request meets its run's fault first, else the global one.
 """
 
 from __future__ import annotations
@@ -127,3 +130,32 @@ class Faults:
 
     def clear(self) -> None:
         self.armed.clear()
+
+
+@dataclass
+class ScopedFaults:
+    """Global faults plus faults armed for one run, so cases running at once stay apart."""
+
+    shared: Faults = field(default_factory=Faults)
+    by_run: dict[str, Faults] = field(default_factory=dict)
+
+    def configure(self, update: Any, run_id: str | None = None) -> None:
+        if run_id is None:
+            self.shared.configure(update)
+            return
+        faults = self.by_run.get(run_id, Faults())
+        faults.configure(update)
+        self.by_run[run_id] = faults
+
+    def take(self, endpoint: str, run_id: str | None) -> Fault | None:
+        own = self.by_run.get(run_id) if run_id is not None else None
+        fault = own.take(endpoint) if own is not None else None
+        return fault if fault is not None else self.shared.take(endpoint)
+
+    def describe(self, run_id: str | None = None) -> dict[str, Any]:
+        faults = self.shared if run_id is None else self.by_run.get(run_id, Faults())
+        return faults.describe()
+
+    def clear(self) -> None:
+        self.shared.clear()
+        self.by_run.clear()

@@ -3,8 +3,9 @@
     python -m services.demo.booking_service --port 0 [--state FILE]   # "listening on http://…"
 
 It owns the truth about reservations, so recovery asks *it* whether a write happened
-(DESIGN §8).  Data: event ``ws-101`` with 2 seats; participants ``p-alice`` and ``p-bob``
-(eligible) and ``p-carol`` (not eligible).  With ``--state FILE`` reservations and stats are
+(DESIGN §8).  Data: events ``ws-101`` (2 seats), ``ws-102`` (full: no seats) and ``ws-200``
+(1000 seats, so many runs can reserve at once); participants ``p-alice`` and ``p-bob``
+(eligible for all) and ``p-carol`` (eligible for none).  With ``--state FILE`` reservations and stats are
 written to FILE (atomically, before the answer is sent) and read back at start, so a
 restart keeps them.
 
@@ -18,8 +19,10 @@ Endpoints the tools call:
   404 unknown event or participant.  Errors are ``{"error": message, "code": code}``.
 * ``GET /reservations/{operation_id}`` → 200 with the reservation, 404 when none.
 
-Test endpoints: ``POST /_faults`` / ``GET /_faults`` (see `booking_faults`), ``GET /_stats``,
-``POST /_reset`` (clears reservations, stats and faults).
+Test endpoints: ``POST /_faults`` / ``GET /_faults`` (see `booking_faults`; ``?run_id=R``
+scopes them to one run), ``GET /_stats``, ``GET /_stats/runs/{run_id}`` (one run's requests
+per endpoint and reservations created — what conformance counts), ``POST /_reset`` (clears
+reservations, stats and faults).
 """
 
 from __future__ import annotations
@@ -37,14 +40,19 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from services.demo.booking_faults import Fault, Faults
-from services.demo.http import run_service
+from services.demo.booking_faults import Fault, ScopedFaults
+from services.demo.http import RunTally, run_id_of, run_service
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
-EVENTS: dict[str, dict[str, Any]] = {"ws-101": {"title": "Intro to callgate", "capacity": 2}}
+EVENTS: dict[str, dict[str, Any]] = {
+    "ws-101": {"title": "Intro to callgate", "capacity": 2},
+    "ws-102": {"title": "Callgate internals (full)", "capacity": 0},
+    "ws-200": {"title": "Open lab", "capacity": 1000},
+}
+OPEN = {"ws-101", "ws-102", "ws-200"}
 PARTICIPANTS: dict[str, dict[str, Any]] = {
-    "p-alice": {"name": "Alice", "eligible_for": {"ws-101"}},
-    "p-bob": {"name": "Bob", "eligible_for": {"ws-101"}},
+    "p-alice": {"name": "Alice", "eligible_for": OPEN},
+    "p-bob": {"name": "Bob", "eligible_for": OPEN},
     "p-carol": {"name": "Carol", "eligible_for": set()},
 }
 NOT_ELIGIBLE_REASON = "has not completed the prerequisite course"
@@ -69,7 +77,9 @@ class BookingState:
     """Requests received per endpoint (including those a fault then broke)."""
     reserve_requests_by_op: Counter[str] = field(default_factory=Counter)
     created_by_op: Counter[str] = field(default_factory=Counter)
-    faults: Faults = field(default_factory=Faults)
+    runs: RunTally = field(default_factory=RunTally)
+    """Per run (``X-Callgate-Run-Id``): requests per endpoint, and ``created`` reservations."""
+    faults: ScopedFaults = field(default_factory=ScopedFaults)
     path: Path | None = None
 
     def reserved(self, event_id: str) -> int:
@@ -96,6 +106,7 @@ class BookingState:
         self.requests.clear()
         self.reserve_requests_by_op.clear()
         self.created_by_op.clear()
+        self.runs.clear()
         self.faults.clear()
         self.save()
 
@@ -108,6 +119,7 @@ class BookingState:
             "requests": self.requests,
             "reserve_requests_by_op": self.reserve_requests_by_op,
             "created_by_op": self.created_by_op,
+            "runs": self.runs.counts,
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_bytes(orjson.dumps(data))
@@ -122,6 +134,7 @@ class BookingState:
             state.requests = Counter(data["requests"])
             state.reserve_requests_by_op = Counter(data["reserve_requests_by_op"])
             state.created_by_op = Counter(data["created_by_op"])
+            state.runs.counts = {r: Counter(c) for r, c in data.get("runs", {}).items()}
         return state
 
 
@@ -143,7 +156,9 @@ async def read_fault(request: web.Request, endpoint: str) -> web.Response | None
     """Count the request and apply a read endpoint's fault; a response means "answer this"."""
     state = request.app[STATE]
     state.requests[endpoint] += 1
-    fault = state.faults.take(endpoint)
+    run_id = run_id_of(request)
+    state.runs.count(run_id, endpoint)
+    fault = state.faults.take(endpoint, run_id)
     if fault is None:
         return None
     if fault.mode == "slow":
@@ -195,7 +210,7 @@ async def eligibility(request: web.Request) -> web.Response:
     )  # fmt: skip
 
 
-def commit(state: BookingState, body: ReserveBody) -> web.Response:
+def commit(state: BookingState, body: ReserveBody, run_id: str | None) -> web.Response:
     """Check and create the reservation in one step (no await: nothing interleaves)."""
     existing = state.reservations.get(body.operation_id)
     if existing is not None:
@@ -226,6 +241,7 @@ def commit(state: BookingState, body: ReserveBody) -> web.Response:
     }
     state.reservations[body.operation_id] = reservation
     state.created_by_op[body.operation_id] += 1
+    state.runs.count(run_id, "created")
     state.save()
     return web.json_response(reservation, status=201)
 
@@ -234,27 +250,29 @@ async def reserve(request: web.Request) -> web.Response:
     """Commit, with the reserve fault (if any) placed around the commit."""
     state = request.app[STATE]
     state.requests["reserve"] += 1
+    run_id = run_id_of(request)
+    state.runs.count(run_id, "reserve")
     try:
         body = ReserveBody.model_validate_json(await request.read())
     except ValidationError as exc:
         return business_error(400, "bad_request", str(exc.errors(include_url=False)))
     state.reserve_requests_by_op[body.operation_id] += 1
     state.save()
-    fault: Fault | None = state.faults.take("reserve")
+    fault: Fault | None = state.faults.take("reserve", run_id)
     if fault is None:
-        return commit(state, body)
+        return commit(state, body, run_id)
     if fault.mode == "unreachable":
         return drop(request)
     if fault.mode == "reject":
         return business_error(fault.status, "rejected", fault.message)
     if fault.mode == "commit_then_drop":
-        commit(state, body)
+        commit(state, body, run_id)
         return drop(request)
     # slow: the handler keeps running if the caller gives up, so the commit still happens.
     if fault.commit == "after":
         await asyncio.sleep(fault.delay_s)
-        return commit(state, body)
-    response = commit(state, body)
+        return commit(state, body, run_id)
+    response = commit(state, body, run_id)
     await asyncio.sleep(fault.delay_s)
     return response
 
@@ -270,12 +288,13 @@ async def lookup(request: web.Request) -> web.Response:
 
 
 async def get_faults(request: web.Request) -> web.Response:
-    return web.json_response(request.app[STATE].faults.describe())
+    return web.json_response(request.app[STATE].faults.describe(request.query.get("run_id")))
 
 
 async def post_faults(request: web.Request) -> web.Response:
     try:
-        request.app[STATE].faults.configure(orjson.loads(await request.read()))
+        update = orjson.loads(await request.read())
+        request.app[STATE].faults.configure(update, request.query.get("run_id") or None)
     except (orjson.JSONDecodeError, ValueError, ValidationError) as exc:
         return business_error(400, "bad_request", str(exc))
     return await get_faults(request)
@@ -283,6 +302,12 @@ async def post_faults(request: web.Request) -> web.Response:
 
 async def get_stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats())
+
+
+async def get_run_stats(request: web.Request) -> web.Response:
+    counts = request.app[STATE].runs.of(request.match_info["run_id"])
+    created = counts.pop("created", 0)
+    return web.json_response({"requests": counts, "created": created})
 
 
 async def reset(request: web.Request) -> web.Response:
@@ -301,6 +326,7 @@ def make_app(state_file: str | None = None) -> web.Application:
     app.router.add_get("/_faults", get_faults)
     app.router.add_post("/_faults", post_faults)
     app.router.add_get("/_stats", get_stats)
+    app.router.add_get("/_stats/runs/{run_id}", get_run_stats)
     app.router.add_post("/_reset", reset)
     return app
 

@@ -4,6 +4,10 @@ A demo service is a real process (the tools reach it over loopback HTTP, and con
 counts executions on the service, not in callgate).  It prints exactly one line,
 ``listening on http://127.0.0.1:<port>``, flushed, once it accepts connections; port 0 picks
 a free port, and `launch` reads that line to learn the URL.
+
+Every tool request carries the run, call and operation ids as headers (`tool_headers`), so a
+service can count what each run did and scope injected faults to one run: conformance runs
+many cases at once against one service and must tell their executions apart.
 """
 
 from __future__ import annotations
@@ -16,14 +20,52 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+if TYPE_CHECKING:
+    from shared.tools import ToolContext
+
 LISTENING = "listening on "
+RUN_ID_HEADER = "X-Callgate-Run-Id"
+CALL_ID_HEADER = "X-Callgate-Call-Id"
+OPERATION_ID_HEADER = "X-Callgate-Operation-Id"
+
+
+def tool_headers(ctx: ToolContext, operation_id: str) -> dict[str, str]:
+    """The ids a tool sends with every request (an empty operation id: a precondition check)."""
+    return {
+        RUN_ID_HEADER: ctx.run_id,
+        CALL_ID_HEADER: ctx.call_id,
+        OPERATION_ID_HEADER: operation_id,
+    }
+
+
+def run_id_of(request: web.Request) -> str | None:
+    """The run a request was made for, if the caller said."""
+    return request.headers.get(RUN_ID_HEADER) or None
+
+
+@dataclass
+class RunTally:
+    """Counts per run (requests per endpoint, effects): what ``GET /_stats/runs/{run_id}`` shows."""
+
+    counts: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def count(self, run_id: str | None, key: str) -> None:
+        if run_id is not None:
+            self.counts.setdefault(run_id, Counter())[key] += 1
+
+    def of(self, run_id: str) -> dict[str, int]:
+        return dict(self.counts.get(run_id, {}))
+
+    def clear(self) -> None:
+        self.counts.clear()
 
 
 def json_error(status: int, message: str) -> web.Response:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.demo.http import tool_headers
 from shared.errors import ToolError
 from shared.tools import Effect, Identity, IsoDate, Tool, ToolContext
 
@@ -51,7 +52,7 @@ async def _get_json(
     """One GET to the travel service.  404 is a definitive `ToolError` the model sees;
     5xx and transport errors raise `aiohttp` errors so the executor can redo the read."""
     base = ctx.setting(TRAVEL_URL_SETTING, DEFAULT_TRAVEL_URL).rstrip("/")
-    headers = {"X-Callgate-Call-Id": ctx.call_id, "X-Callgate-Operation-Id": operation_id}
+    headers = tool_headers(ctx, operation_id)
     async with ctx.session.get(f"{base}{path}", params=params, headers=headers) as resp:
         if resp.status == 404:
             raise ToolError(missing, code="not_found")

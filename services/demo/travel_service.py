@@ -12,9 +12,13 @@ Test and operator endpoints:
   ``"timeout"`` holds the request ``hang_s`` then answers 504, so the caller's timeout fires
   first.  ``fail_times`` limits the failure to the next N requests.  The same JSON can be
   given at start with ``--config`` or ``CALLGATE_TRAVEL_CONFIG``.  ``GET /_config`` shows it.
+  With ``?run_id=R`` the config applies only to requests of run R (``X-Callgate-Run-Id``),
+  which then ignore the global one — so cases running at once do not disturb each other.
 * ``GET /_stats`` — per endpoint: ``requests`` received, ``executed`` (reached the data
   lookup, i.e. not failed by injection), and executions ``by_args`` (canonical JSON of the
-  query) and ``by_call`` (the ``X-Callgate-Call-Id`` header).  Conformance counts here.
+  query) and ``by_call`` (the ``X-Callgate-Call-Id`` header).
+* ``GET /_stats/runs/{run_id}`` — ``{"requests": {endpoint: n}}`` for one run: what
+  conformance counts as that run's executions.
 * ``POST /_reset`` — clears config and stats.
 """
 
@@ -31,7 +35,7 @@ import orjson
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from services.demo.http import json_error, run_service
+from services.demo.http import CALL_ID_HEADER, RunTally, json_error, run_id_of, run_service
 from shared.canonical import canonical_json
 
 DATE = "2026-12-20"
@@ -51,7 +55,6 @@ WEATHER: dict[tuple[str, str], dict[str, Any]] = {
 }
 ENDPOINTS = ("train_status", "weather")
 CONFIG_ENV = "CALLGATE_TRAVEL_CONFIG"
-CALL_ID_HEADER = "X-Callgate-Call-Id"
 
 
 class EndpointConfig(BaseModel):
@@ -74,43 +77,61 @@ class EndpointStats:
     by_call: Counter[str] = field(default_factory=Counter)
 
 
+def _default_config() -> dict[str, EndpointConfig]:
+    return {name: EndpointConfig() for name in ENDPOINTS}
+
+
 @dataclass
 class TravelState:
-    config: dict[str, EndpointConfig] = field(
-        default_factory=lambda: {name: EndpointConfig() for name in ENDPOINTS}
-    )
+    config: dict[str, EndpointConfig] = field(default_factory=_default_config)
+    run_config: dict[str, dict[str, EndpointConfig]] = field(default_factory=dict)
+    """Config of single runs (by run id), used instead of ``config`` for their requests."""
     stats: dict[str, EndpointStats] = field(
         default_factory=lambda: {name: EndpointStats() for name in ENDPOINTS}
     )
+    runs: RunTally = field(default_factory=RunTally)
 
     def reset(self) -> None:
         fresh = TravelState()
-        self.config, self.stats = fresh.config, fresh.stats
+        self.config, self.run_config, self.stats = fresh.config, fresh.run_config, fresh.stats
+        self.runs.clear()
 
-    def configure(self, update: Any) -> None:
-        """Merge ``{endpoint: {field: value}}``; raises ValueError/ValidationError when wrong."""
+    def config_for(self, run_id: str | None) -> dict[str, EndpointConfig]:
+        if run_id is not None and run_id in self.run_config:
+            return self.run_config[run_id]
+        return self.config
+
+    def configure(self, update: Any, run_id: str | None = None) -> None:
+        """Merge ``{endpoint: {field: value}}`` into the global config, or run ``run_id``'s;
+        raises ValueError/ValidationError when wrong, having changed nothing."""
         if not isinstance(update, dict) or not set(update) <= set(ENDPOINTS):
             raise ValueError(f"config must be an object with keys among {ENDPOINTS}")
+        current = self.config if run_id is None else self.run_config.get(run_id, _default_config())
+        merged = dict(current)
         for name, fields in update.items():
             if not isinstance(fields, dict):
                 raise ValueError(f"config for {name} must be an object")
-            merged = {**self.config[name].model_dump(), **fields}
-            self.config[name] = EndpointConfig.model_validate(merged)
+            merged[name] = EndpointConfig.model_validate({**current[name].model_dump(), **fields})
+        if run_id is None:
+            self.config = merged
+        else:
+            self.run_config[run_id] = merged
 
 
 STATE = web.AppKey("travel_state", TravelState)
 
 
-async def _inject(state: TravelState, endpoint: str) -> web.Response | None:
+async def _inject(state: TravelState, endpoint: str, run_id: str | None) -> web.Response | None:
     """Apply the endpoint's delay and failure; a response means "fail with this"."""
-    cfg = state.config[endpoint]
+    config = state.config_for(run_id)
+    cfg = config[endpoint]
     if cfg.delay_s:
         await asyncio.sleep(cfg.delay_s)
     if cfg.fail is None:
         return None
     if cfg.fail_times is not None:
         remaining = cfg.fail_times - 1
-        state.config[endpoint] = cfg.model_copy(
+        config[endpoint] = cfg.model_copy(
             update={"fail_times": remaining or None, "fail": cfg.fail if remaining else None}
         )
     if cfg.fail == "timeout":
@@ -130,10 +151,12 @@ async def _lookup(
     state = request.app[STATE]
     stats = state.stats[endpoint]
     stats.requests += 1
+    run_id = run_id_of(request)
+    state.runs.count(run_id, endpoint)
     query = {p: request.query.get(p, "") for p in params}
     if not all(query.values()):
         return json_error(400, f"query parameters required: {', '.join(params)}")
-    failure = await _inject(state, endpoint)
+    failure = await _inject(state, endpoint, run_id)
     if failure is not None:
         return failure
     stats.executed += 1
@@ -156,13 +179,14 @@ async def weather(request: web.Request) -> web.Response:
 
 
 async def get_config(request: web.Request) -> web.Response:
-    config = request.app[STATE].config
+    config = request.app[STATE].config_for(request.query.get("run_id"))
     return web.json_response({name: cfg.model_dump() for name, cfg in config.items()})
 
 
 async def post_config(request: web.Request) -> web.Response:
     try:
-        request.app[STATE].configure(orjson.loads(await request.read()))
+        update = orjson.loads(await request.read())
+        request.app[STATE].configure(update, request.query.get("run_id") or None)
     except (orjson.JSONDecodeError, ValueError, ValidationError) as exc:
         return json_error(400, str(exc))
     return await get_config(request)
@@ -183,6 +207,12 @@ async def get_stats(request: web.Request) -> web.Response:
     )
 
 
+async def get_run_stats(request: web.Request) -> web.Response:
+    return web.json_response(
+        {"requests": request.app[STATE].runs.of(request.match_info["run_id"])}
+    )
+
+
 async def reset(request: web.Request) -> web.Response:
     request.app[STATE].reset()
     return web.json_response({"ok": True})
@@ -200,6 +230,7 @@ def make_app(initial_config: str | None = None) -> web.Application:
     app.router.add_get("/_config", get_config)
     app.router.add_post("/_config", post_config)
     app.router.add_get("/_stats", get_stats)
+    app.router.add_get("/_stats/runs/{run_id}", get_run_stats)
     app.router.add_post("/_reset", reset)
     return app
 

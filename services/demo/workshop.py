@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.demo.http import tool_headers
 from shared.errors import ToolError
 from shared.tools import Effect, Identity, Reconciliation, Tool, ToolContext
 
@@ -53,10 +54,6 @@ def _url(ctx: ToolContext, path: str) -> str:
     return ctx.setting(BOOKING_URL_SETTING, DEFAULT_BOOKING_URL).rstrip("/") + path
 
 
-def _headers(ctx: ToolContext, operation_id: str) -> dict[str, str]:
-    return {"X-Callgate-Call-Id": ctx.call_id, "X-Callgate-Operation-Id": operation_id}
-
-
 async def _answer(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     """The body of a 2xx; a 4xx becomes a `ToolError` with the service's message and code;
     a 5xx raises `aiohttp.ClientResponseError` (the outcome is not known)."""
@@ -77,7 +74,7 @@ async def _answer(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 
 async def _get(ctx: ToolContext, path: str, operation_id: str = "") -> dict[str, Any]:
-    async with ctx.session.get(_url(ctx, path), headers=_headers(ctx, operation_id)) as resp:
+    async with ctx.session.get(_url(ctx, path), headers=tool_headers(ctx, operation_id)) as resp:
         return await _answer(resp)
 
 
@@ -102,7 +99,7 @@ async def _reserve(ctx: ToolContext, args: ParticipantArgs, operation_id: str) -
         "operation_id": operation_id,
     }
     url = _url(ctx, "/reservations")
-    async with ctx.session.post(url, json=payload, headers=_headers(ctx, operation_id)) as resp:
+    async with ctx.session.post(url, json=payload, headers=tool_headers(ctx, operation_id)) as resp:
         return await _answer(resp)
 
 
@@ -121,7 +118,7 @@ async def _reconcile_reserve(
     timeout = aiohttp.ClientTimeout(total=reserve_seat.timeout_s)
     try:
         async with ctx.session.get(
-            url, headers=_headers(ctx, operation_id), timeout=timeout
+            url, headers=tool_headers(ctx, operation_id), timeout=timeout
         ) as resp:
             if resp.status == 404:
                 return Reconciliation("not_applied")

@@ -244,3 +244,41 @@ async def test_state_file_keeps_reservations_across_a_restart(
         seats = await check_seats.execute(ctx, SeatsArgs(event_id="ws-101"), "op-read")
         assert seats["available"] == 1
         assert (await _stats(session, second.url))["reserve"]["created"] == 1
+
+
+async def test_counts_per_run_and_faults_scoped_to_one_run(
+    booking: ServiceProcess, session: aiohttp.ClientSession
+) -> None:
+    def ctx(run_id: str) -> ToolContext:
+        return ToolContext(
+            run_id=run_id, call_id="c1", turn=1, identity=Identity(user="alice"),
+            session=session, config={BOOKING_URL_SETTING: booking.url},
+        )  # fmt: skip
+
+    drop = {"reserve": {"mode": "commit_then_drop", "count": 1}}
+    async with session.post(f"{booking.url}/_faults?run_id=run-a", json=drop) as resp:
+        assert resp.status == 200
+    with pytest.raises(aiohttp.ClientError):
+        await reserve_seat.execute(ctx("run-a"), ALICE, "op-a")
+    # Run b meets no fault, although it reserves after run a armed one.
+    assert (await reserve_seat.execute(ctx("run-b"), BOB, "op-b"))["status"] == "confirmed"
+    await check_preconditions(reserve_seat, ctx("run-b"), BOB)
+
+    async def of(run_id: str) -> Any:
+        async with session.get(f"{booking.url}/_stats/runs/{run_id}") as resp:
+            return await resp.json()
+
+    assert await of("run-a") == {"requests": {"reserve": 1}, "created": 1}
+    assert await of("run-b") == {
+        "requests": {"reserve": 1, "eligibility": 1, "seats": 1}, "created": 1,
+    }  # fmt: skip
+    async with session.get(f"{booking.url}/_faults?run_id=run-a") as resp:
+        assert await resp.json() == {}  # used up
+
+
+async def test_the_full_workshop_fails_its_precondition(
+    booking: ServiceProcess, session: aiohttp.ClientSession
+) -> None:
+    full = ParticipantArgs(event_id="ws-102", participant_id="p-alice")
+    failed = await check_preconditions(reserve_seat, _ctx(session, booking.url), full)
+    assert failed is not None and failed["message"] == "no seats left for ws-102"

@@ -158,3 +158,35 @@ async def test_config_at_start_and_env_url(monkeypatch: pytest.MonkeyPatch) -> N
             assert time.monotonic() - started >= 0.2
         proc.stop()
         assert proc.proc.returncode == 0  # SIGTERM is a clean shutdown
+
+
+async def test_counts_per_run_and_config_scoped_to_one_run(
+    service: ServiceProcess, session: aiohttp.ClientSession
+) -> None:
+    url = service.url
+    status, _ = await _admin(
+        session, "POST", f"{url}/_config?run_id=slow-run", {"weather": {"delay_s": 0.4}}
+    )
+    assert status == 200
+
+    async def weather(run_id: str) -> float:
+        ctx = ToolContext(
+            run_id=run_id, call_id="c1", turn=1, identity=Identity(user="bob"), session=session,
+            config={TRAVEL_URL_SETTING: url},
+        )  # fmt: skip
+        args = get_weather.validate({"city": "Hangzhou", "date": "2026-12-20"})
+        started = time.monotonic()
+        await get_weather.execute(ctx, args, "op")
+        return time.monotonic() - started
+
+    assert await weather("slow-run") >= 0.4
+    assert await weather("other-run") < 0.4  # another run does not see that config
+    await weather("other-run")
+    _, slow = await _admin(session, "GET", f"{url}/_stats/runs/slow-run")
+    _, other = await _admin(session, "GET", f"{url}/_stats/runs/other-run")
+    _, none = await _admin(session, "GET", f"{url}/_stats/runs/never-seen")
+    assert (slow, other, none) == (
+        {"requests": {"weather": 1}}, {"requests": {"weather": 2}}, {"requests": {}},
+    )  # fmt: skip
+    _, config = await _admin(session, "GET", f"{url}/_config")
+    assert config["weather"]["delay_s"] == 0  # the global config is untouched
