@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from shared.client import CallgateClient
 from shared.config import Settings
+from shared.conformance.pairing import result_pairs
 from shared.embedded_redis import EmbeddedRedis
 from shared.envelopes import decode
 from shared.keys import Keys
@@ -88,25 +89,6 @@ def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
 @pytest.fixture(scope="module")
 def replicated(redis_server: EmbeddedRedis) -> Iterator[Stack]:
     yield from start_stack(redis_server, 2)
-
-
-def result_pairs(api: str, body: dict[str, Any]) -> dict[str, str]:
-    """provider call id -> result content, as the model received them."""
-    if api == "openai-responses":
-        return {
-            i["call_id"]: i["output"]
-            for i in body["input"]
-            if i.get("type") == "function_call_output"
-        }
-    if api == "openai-chat":
-        return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
-    return {
-        b["tool_use_id"]: b["content"]
-        for m in body["messages"]
-        if m["role"] == "user" and isinstance(m["content"], list)
-        for b in m["content"]
-        if b["type"] == "tool_result"
-    }
 
 
 @pytest.mark.parametrize("api", APIS)
