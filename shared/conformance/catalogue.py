@@ -75,6 +75,14 @@ class Case:
         return self.states[0] == PAUSE
 
 
+def _approved_reservation(case_id: str, title: str, call: CallExpectation, **kw: Any) -> Case:
+    """alice reserves a lab seat, carol approves, exactly one reservation must result."""
+    return Case(
+        case_id, title, "conf-reserve", WORKSHOP, "Book me into the open lab.",
+        (PAUSE, "completed"), {"reserve_seat": 1}, (call,), effects=1, **kw,
+    )  # fmt: skip
+
+
 CASES: tuple[Case, ...] = (
     Case(
         "final-answer", "final answer without tools", "final-answer", TRAVEL,
@@ -117,11 +125,9 @@ CASES: tuple[Case, ...] = (
         ("completed",), {"get_weather": 1},
         (CallExpectation("get_weather", "failed", "not_found", (*_READ, "failed")),),
     ),
-    Case(
-        "approval", "approval pause (and resume)", "conf-reserve", WORKSHOP,
-        "Book me into the open lab.", (PAUSE, "completed"), {"reserve_seat": 1},
-        (CallExpectation("reserve_seat", "succeeded", path=(*_APPROVED, "succeeded")),),
-        effects=1,
+    _approved_reservation(
+        "approval", "approval pause (and resume)",
+        CallExpectation("reserve_seat", "succeeded", path=(*_APPROVED, "succeeded")),
     ),
     Case(
         "server-rejection", "server-side rejection (authorization / precondition)",
@@ -133,20 +139,16 @@ CASES: tuple[Case, ...] = (
                             (*_ASKED, "rejected"), reason="no seats left"),
         ),
     ),
-    Case(
-        "connection-lost", "connection lost after a write", "conf-reserve", WORKSHOP,
-        "Book me into the open lab.", (PAUSE, "completed"), {"reserve_seat": 1},
-        (CallExpectation("reserve_seat", "succeeded", path=_RECONCILED,
-                         reason="reconciled: applied"),),
-        effects=1,
+    _approved_reservation(
+        "connection-lost", "connection lost after a write",
+        CallExpectation("reserve_seat", "succeeded", path=_RECONCILED,
+                        reason="reconciled: applied"),
         booking_faults={"reserve": {"mode": "commit_then_drop", "count": 1}},
     ),
-    Case(
-        "crash-recovery", "process crash and recovery", "conf-reserve", WORKSHOP,
-        "Book me into the open lab.", (PAUSE, "completed"), {"reserve_seat": 1},
-        (CallExpectation("reserve_seat", "succeeded", path=_RECONCILED,
-                         reason="executor died while the write was in flight"),),
-        effects=1,
+    _approved_reservation(
+        "crash-recovery", "process crash and recovery",
+        CallExpectation("reserve_seat", "succeeded", path=_RECONCILED,
+                        reason="executor died while the write was in flight"),
         # Committed at once, answered much later: the executor is killed in between.
         booking_faults={"reserve": {"mode": "slow", "delay_s": 20, "commit": "before",
                                     "count": 1}},

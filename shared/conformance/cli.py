@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 
@@ -24,25 +25,43 @@ from shared.conformance.runner import Plan, cells_of, run_matrix
 from shared.errors import CallgateError
 from shared.stack import progress_to_stderr, sigterm_as_interrupt
 
+N = TypeVar("N", int, float)
+
 
 def add_command(subparsers: Any) -> None:
     cmd = subparsers.add_parser(
         "conformance", help="run the regression catalogue on every protocol, end to end"
     )
-    cmd.add_argument("--api", nargs="+", action="extend", choices=APIS,
-                     help="only these protocols (default: all three)")
-    cmd.add_argument("--case", nargs="+", action="extend", choices=[c.id for c in CASES],
-                     help="only these cases (default: the whole catalogue)")
+    cases = [c.id for c in CASES]
+    cmd.add_argument("--api", nargs="+", action="extend", choices=APIS, metavar="API",
+                     help=f"only these protocols (default: all): {', '.join(APIS)}")
+    cmd.add_argument("--case", nargs="+", action="extend", choices=cases, metavar="CASE",
+                     help=f"only these cases (default: all): {', '.join(cases)}")
     cmd.add_argument("--json", action="store_true", help="print the cells as JSON")
-    cmd.add_argument("--concurrency", type=int, default=8, help="cells in flight at once")
-    cmd.add_argument("--timeout", type=float, default=90.0, help="seconds one cell may take")
+    cmd.add_argument("--concurrency", type=_positive(int), default=8,
+                     help="cells in flight at once (default 8)")
+    cmd.add_argument("--timeout", type=_positive(float), default=90.0,
+                     help="seconds one cell may take (default 90)")
     cmd.set_defaults(handler=run)
+
+
+def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
     sigterm_as_interrupt()
     apis = tuple(api for api in APIS if not args.api or api in args.api)
-    plan = Plan(select(tuple(args.case or ())), apis, max(1, args.concurrency), args.timeout)
+    plan = Plan(select(tuple(args.case or ())), apis, args.concurrency, args.timeout)
     progress_to_stderr(f"conformance: {len(plan.cells())} cells")
     started = time.monotonic()
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from redis.exceptions import RedisError
 
 from shared.client import CallgateClient
 from shared.conformance.catalogue import APPROVER, PAUSE, Case
@@ -24,6 +25,8 @@ from shared.states import CALL_TERMINAL
 from shared.system import LocalSystem
 
 POLL_S = 0.05
+UNREACHABLE = (CallgateError, ProbeError, aiohttp.ClientError, RedisError, OSError)
+"""What a cell ends with, as its error, rather than ending the whole matrix."""
 RESTART_TIMEOUT_S = 30.0
 MAX_TURNS = 4
 
@@ -73,9 +76,13 @@ async def run_cell(
     except TimeoutError:
         now = trace.states[-1] if trace.states else "not settled"
         trace.error = f"gave up after {timeout_s:g}s (last settled state: {now})"
-    except (CallgateError, ProbeError, aiohttp.ClientError) as exc:
+    except UNREACHABLE as exc:
         trace.error = f"{type(exc).__name__}: {exc}"
-    return await observe(ctx, run_id, trace)
+    try:
+        return await observe(ctx, run_id, trace)
+    except UNREACHABLE as exc:
+        error = f"{trace.error or 'driven'}; could not observe: {type(exc).__name__}: {exc}"
+        return Observation(run_id, tuple(trace.states), error=error)
 
 
 async def _drive(ctx: Context, case: Case, run_id: str, trace: Trace) -> None:
@@ -129,9 +136,14 @@ async def kill_during_write(ctx: Context, kind: str, run_id: str) -> str:
         await asyncio.sleep(POLL_S)
     supervisor = ctx.system.supervisor
     name = ctx.system.workers[kind][0]
-    pid = supervisor.pids()[name]
+    pid = supervisor.pids().get(name)
+    if pid is None:
+        raise CallgateError(f"{name} is not running, so it cannot be killed")
     supervisor.kill(name)
-    new_pid = await asyncio.to_thread(supervisor.wait_restarted, name, pid, RESTART_TIMEOUT_S)
+    try:
+        new_pid = await asyncio.to_thread(supervisor.wait_restarted, name, pid, RESTART_TIMEOUT_S)
+    except TimeoutError as exc:
+        raise CallgateError(f"{name} was killed but not restarted: {exc}") from exc
     return f"SIGKILL {name} pid {pid} with the write in flight; restarted as pid {new_pid}"
 
 
