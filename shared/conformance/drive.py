@@ -18,7 +18,7 @@ from shared.client import CallgateClient
 from shared.conformance.catalogue import APPROVER, PAUSE, Case
 from shared.conformance.observation import Observation, ObservedCall
 from shared.conformance.probes import ProbeError, Probes
-from shared.envelopes import ApprovalDecision, encode
+from shared.decisions import ApprovalDesk
 from shared.errors import CallgateError, NotFoundError
 from shared.records import Event
 from shared.states import CALL_TERMINAL
@@ -28,6 +28,7 @@ POLL_S = 0.05
 UNREACHABLE = (CallgateError, ProbeError, aiohttp.ClientError, RedisError, OSError)
 """What a cell ends with, as its error, rather than ending the whole matrix."""
 RESTART_TIMEOUT_S = 30.0
+VERDICT_TIMEOUT_S = 30.0
 MAX_TURNS = 4
 
 
@@ -108,25 +109,23 @@ async def settle(client: CallgateClient, run_id: str, leaving: str | None) -> st
 
 
 async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER) -> int:
-    """Approve every call waiting for approval, as ``approver``; returns how many."""
+    """Approve every call waiting for approval, as ``approver``, as `callgate approve` does;
+    returns how many.  Waits for the validator's verdict: a refused decision is an error."""
+    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
     view = await client.view(run_id)
     waiting = [c["call_id"] for c in view["calls"] if c["state"] == "needs_approval"]
     for call in await client.ledger.get_calls(run_id, waiting):
-        if call.approval_id is None or call.args_hash is None:
+        record = None
+        if call.approval_id is not None:
+            record = await client.ledger.get_approval(run_id, call.approval_id)
+        if record is None:
             raise CallgateError(f"call {call.call_id} waits for approval but has no approval")
-        decision = ApprovalDecision(
-            run_id=run_id,
-            turn=call.turn,
-            call_id=call.call_id,
-            approval_id=call.approval_id,
-            decision="approve",
-            approver=approver,
-            args_hash=call.args_hash,
-            reason="conformance",
-            source="api",
-        )
-        stream = client.keys.run_stream("approvals", run_id)
-        await client.redis.xadd(stream, {"d": encode(decision)})
+        after = await desk.last_event_id(run_id)
+        message = await desk.post(record, "approve", approver, reason="conformance", source="api")
+        verdict = await desk.wait_outcome(message, after, timeout_s=VERDICT_TIMEOUT_S)
+        if verdict is None or not verdict.applied:
+            said = "no verdict" if verdict is None else f"{verdict.event}: {verdict.reason}"
+            raise CallgateError(f"{approver}'s approval of {call.call_id} was not applied ({said})")
     return len(waiting)
 
 
