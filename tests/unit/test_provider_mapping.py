@@ -21,12 +21,12 @@ from shared.providers.base import (
     RequestFailed,
     ToolRequests,
     ToolResultInput,
-    ToolSpec,
     TurnEvent,
     TurnInput,
     event_to_json,
 )
 from shared.providers.common import join_fragments, retry_after_s, settle
+from shared.tools import ToolSpec
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "provider-fixtures"
 needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="no provider fixtures")
