@@ -225,6 +225,8 @@ def create_worker(
         job_serializer=job_serializer,
         job_deserializer=job_deserializer,
         log_results=False,
+        # arq's default hour, but never longer than the run itself is kept (retention).
+        keep_result=min(3600, settings.retention_s),
     )
 
 

@@ -32,7 +32,7 @@ from shared.loop import (
     after_results,
     budget_end,
 )
-from shared.providers import ADAPTERS, get_adapter
+from shared.providers import ADAPTERS, adapter_for
 from shared.providers.base import (
     FinalAnswer,
     ProviderAdapter,
@@ -70,7 +70,7 @@ class ModelTurn:
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
-            self._adapters[api] = get_adapter(api)
+            self._adapters[api] = adapter_for(api, self.rt.settings.adapter_factory)
         return self._adapters[api]
 
     def warm_up(self) -> None:

@@ -14,7 +14,8 @@ history rules (exact 400 bodies). What the "model" says comes from scenario scri
         client = AsyncOpenAI(base_url=server.openai_base_url, api_key="x", max_retries=0)
         client = AsyncAnthropic(base_url=server.anthropic_base_url, api_key="x", max_retries=0)
 
-`GET /_log` lists every request (path, scenario, step, faults, status, stream, body);
+`GET /_log` lists every request (path, scenario, step, faults, status, stream, body, and the
+monotonic ns it arrived and was answered at);
 `POST /_reset` clears the log and the fault attempt counters.
 """
 

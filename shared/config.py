@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         description="Retries of 429/529/5xx/transport errors per turn (SDK retries are off).",
     )
     max_output_tokens: int | None = Field(default=1024, ge=1)
+    adapter_factory: str | None = Field(
+        default=None,
+        description="'module:function' returning the adapter for an api, instead of the SDK "
+        "adapters (the benchmark's in-process provider); None = the official SDKs.",
+    )
 
     # Tool execution (services/executor.py).
     tool_timeout_s: float = Field(default=10.0, gt=0, description="Default when a tool sets none.")

@@ -81,3 +81,8 @@ class Keys:
     # Global indexes (not per run; never part of a multi-key atomic step).
     def runs_index(self) -> str:
         return f"{self.prefix}:runs"
+
+    def bench(self, name: str) -> str:
+        """Benchmark bookkeeping (`shared.bench`): timings, the floor relay's streams and state,
+        all in partition 0's slot so one relay step never crosses slots."""
+        return f"{self.tag(0)}:bench:{name}"

@@ -44,8 +44,9 @@ class Runtime:
         await self.redis.aclose()
 
 
-def consumer_name(service: str) -> str:
-    return f"{service}-{socket.gethostname()}-{os.getpid()}"
+def consumer_name(service: str, pid: int | None = None) -> str:
+    """The consumer name of ``service``'s process ``pid`` (default: this process)."""
+    return f"{service}-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +85,8 @@ class ScriptedApp:
     def _scenario(self, name: str) -> Scenario | None:
         return self.extra.get(name) or load_scenario(name, self.dirs)
 
-    def _plan(self, wire: Wire, body: dict[str, Any]) -> _Plan:
+    def plan(self, wire: Wire, body: dict[str, Any]) -> _Plan:
+        """What ``body`` will be answered with: an error, or a scenario step and its faults."""
         err = wire.validate(body)
         if err is not None:
             return _Plan(err)
@@ -112,6 +114,7 @@ class ScriptedApp:
         return _Plan(None, scenario, step, faults)
 
     async def _handle(self, request: web.Request, wire: Wire) -> web.StreamResponse:
+        received_ns = time.monotonic_ns()
         rid = wire.new_rid()
         try:
             body = orjson.loads(await request.read())
@@ -123,7 +126,7 @@ class ScriptedApp:
             return _error_response(
                 wire.invalid("We could not parse the JSON body of your request."), wire, rid
             )
-        plan = self._plan(wire, body)
+        plan = self.plan(wire, body)
         stream = bool(body.get("stream"))
         entry = {
             "path": request.path,
@@ -135,6 +138,8 @@ class ScriptedApp:
             "status": None,
             "request_id": rid,
             "body": body,
+            "received_ns": received_ns,
+            "answered_ns": None,
         }
         self.log.append(entry)
         delay = plan.fault("delay")
@@ -152,12 +157,16 @@ class ScriptedApp:
         entry["status"] = 200
         _log_line(entry)
         if stream:
-            return await self._stream(request, wire, plan, turn, body, rid)
+            streamed = await self._stream(request, wire, plan, turn, body, rid)
+            # Monotonic, this process only: for the benchmark's model-to-model round trips.
+            entry["answered_ns"] = time.monotonic_ns()
+            return streamed
         if plan.fault("drop") is not None:
             entry["dropped"] = True
             _drop(request)
             return web.Response(status=200)
         payload = orjson.dumps(wire.render_json(turn, body))
+        entry["answered_ns"] = time.monotonic_ns()
         return web.Response(
             body=payload, content_type="application/json", headers=wire.headers(rid)
         )

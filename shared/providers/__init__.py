@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from shared.providers.anthropic_messages import AnthropicMessagesAdapter
 from shared.providers.base import ProviderAdapter
 from shared.providers.openai_chat import OpenAIChatAdapter
@@ -14,6 +16,19 @@ ADAPTERS: dict[str, type[OpenAIResponsesAdapter | OpenAIChatAdapter | AnthropicM
 }
 
 
+def adapter_for(api: str, factory: str | None = None) -> ProviderAdapter:
+    """The adapter for `api`: built by ``factory`` ("module:function", taking the api) when
+    given, e.g. the benchmark's in-process provider, else the official SDK adapter."""
+    if factory is None:
+        return get_adapter(api)
+    module, _, name = factory.partition(":")
+    build = getattr(importlib.import_module(module), name, None)
+    if not callable(build):
+        raise ValueError(f"adapter factory {factory!r} is not 'module:function'")
+    adapter: ProviderAdapter = build(api)
+    return adapter
+
+
 def get_adapter(api: str, *, stream: bool = True) -> ProviderAdapter:
     """A new adapter (with its own SDK client, created on first use) for `api`."""
     try:
@@ -23,4 +38,4 @@ def get_adapter(api: str, *, stream: bool = True) -> ProviderAdapter:
     return cls(stream=stream)
 
 
-__all__ = ["ADAPTERS", "ProviderAdapter", "get_adapter"]
+__all__ = ["ADAPTERS", "ProviderAdapter", "adapter_for", "get_adapter"]

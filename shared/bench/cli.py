@@ -1,0 +1,178 @@
+"""`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
+
+    callgate bench [--scenario latency|throughput|executors|recovery|memory …] [--runs N]
+                   [--json] [--smoke]
+
+Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
+chosen scenario ran (and, with ``--check``, met its targets), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+from shared.bench import executors, latency, memory, report, throughput
+from shared.bench.floor import FloorRelay
+from shared.bench.harness import Deployment, bench_redis, delete_prefix
+from shared.envelopes import new_id
+from shared.keys import Keys
+from shared.records import Api
+from shared.stack import base_env, progress_to_stderr
+from shared.supervisor import Supervisor, quiet_sink
+
+SCENARIOS = ("latency", "throughput", "executors", "recovery", "memory")
+APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
+
+
+@dataclass(frozen=True)
+class Options:
+    scenarios: tuple[str, ...]
+    api: str
+    runs: int
+    rss_runs: int
+    exec_calls: int
+    recovery_reps: int
+    retention_s: int
+    redis_url: str | None
+    private_redis: bool
+
+
+SMOKE = {"runs": 4, "rss_runs": 8, "exec_calls": 60, "recovery_reps": 1, "retention_s": 2}
+"""`--smoke`: every scenario and figure, tiny sizes (CI; says nothing about speed)."""
+
+
+def options(args: argparse.Namespace) -> Options:
+    sizes = {k: getattr(args, k) for k in SMOKE}
+    if args.smoke:
+        sizes = {k: v if getattr(args, f"{k}_given", False) else SMOKE[k] for k, v in sizes.items()}
+    return Options(
+        scenarios=tuple(args.scenario or SCENARIOS),
+        api=args.api,
+        redis_url=args.redis_url,
+        private_redis=args.private_redis,
+        **sizes,
+    )
+
+
+async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
+    """Run the chosen scenarios; their summaries by scenario name."""
+    progress = progress_to_stderr
+    chosen = set(opts.scenarios)
+    summary: dict[str, dict[str, Any]] = {}
+    supervisor = Supervisor(quiet_sink)
+    prefix = f"cgbench{new_id()[:8]}"
+    redis = aioredis.Redis.from_url(redis_url)
+    try:
+        floor = None
+        if chosen & {"latency", "throughput"}:
+            env = {**base_env(), "REDIS_URL": redis_url, "CALLGATE_KEY_PREFIX": prefix}
+            floor = await FloorRelay(supervisor, env, redis, Keys(prefix)).start()
+        if floor is not None and "latency" in chosen:
+            raw = await latency.measure(redis_url, opts.api, floor, progress)
+            summary["latency"] = report.latency_summary(raw)
+        if chosen & {"throughput", "memory"}:
+            summary.update(await _throughput_memory(opts, redis_url, floor, chosen))
+        await asyncio.to_thread(supervisor.stop_all)
+        if chosen & {"executors", "recovery"}:
+            raw = await executors.measure(redis_url, opts.exec_calls,
+                                          opts.recovery_reps if "recovery" in chosen else 0,
+                                          "executors" in chosen, progress)
+            if "executors" in chosen:
+                summary["executors"] = report.executors_summary(raw["one"], raw["two"])
+            if "recovery" in chosen:
+                summary["recovery"] = report.recovery_summary(raw["recovery_s"])
+    finally:
+        await asyncio.to_thread(supervisor.stop_all)
+        await delete_prefix(redis, prefix)
+        await redis.aclose()
+    return summary
+
+
+async def _throughput_memory(opts: Options, redis_url: str, floor: FloorRelay | None,
+                             chosen: set[str]) -> dict[str, Any]:
+    """One in-process deployment (with the memory scenario's retention) for both."""
+    out: dict[str, Any] = {}
+    env = {"CALLGATE_RETENTION_S": str(opts.retention_s)}
+    async with Deployment(redis_url, env=env, progress=progress_to_stderr) as deployment:
+        if floor is not None and "throughput" in chosen:
+            raw = await throughput.measure(deployment, opts.api, opts.runs, floor,
+                                           progress_to_stderr)
+            out["throughput"] = report.throughput_summary(raw)
+        if "memory" in chosen:
+            out["memory"] = await memory.measure(deployment, opts.api, opts.runs, opts.rss_runs,
+                                                 opts.retention_s, progress_to_stderr)
+    return out
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
+
+
+async def run(args: argparse.Namespace) -> int:
+    opts = options(args)
+    load_before = machine()
+    with bench_redis(opts.redis_url, progress_to_stderr, private=opts.private_redis) as redis_url:
+        summary = await measure(opts, redis_url)
+    met = report.targets(summary)
+    document = {
+        "machine": {**load_before, "load_avg_after": machine()["load_avg"]},
+        "options": {k: v for k, v in opts.__dict__.items() if k != "redis_url"},
+        "scenarios": summary,
+        "targets": met,
+    }
+    if args.json:
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}")
+        print(report.table(summary, met))
+    return 1 if args.check and not all(t["met"] for t in met.values()) else 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+class _Given(argparse.Action):
+    """Store the value and note that it was given (so --smoke does not override it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
+def add_command(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help="measure the runtime beside a raw Redis relay")
+    bench.add_argument("--scenario", action="append", choices=SCENARIOS,
+                       help="repeatable; default: all")
+    bench.add_argument("--runs", type=_positive, default=200, action=_Given,
+                       help="concurrent runs (throughput, memory)")
+    bench.add_argument("--rss-runs", type=_positive, default=10_000, action=_Given,
+                       help="runs between the two RSS readings")
+    bench.add_argument("--exec-calls", type=_positive, default=4000, action=_Given,
+                       help="50 ms calls per executor measurement")
+    bench.add_argument("--recovery-reps", type=_positive, default=5, action=_Given)
+    bench.add_argument("--retention-s", type=_positive, default=10, action=_Given,
+                       help="the memory deployment's CALLGATE_RETENTION_S")
+    bench.add_argument("--api", choices=APIS, default="openai-responses")
+    bench.add_argument("--redis-url", help="default: REDIS_URL if it answers, else a private one")
+    bench.add_argument("--private-redis", action="store_true",
+                       help="always start a private redis-server for the benchmark")
+    bench.add_argument("--smoke", action="store_true", help="tiny sizes: checks it all runs")
+    bench.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
+    bench.add_argument("--json", action="store_true", help="print the data as JSON")
+    bench.set_defaults(handler=run)

@@ -1,0 +1,80 @@
+"""Scenario 1: the tool round trip, model to model, beside the 4-hop floor.
+
+A round trip runs from the moment the model answers with a tool call to the moment the next
+model request, carrying the call's result, reaches the model: model_turn records the response
+and sends it to the validator, the validator decides, an executor runs the call (a tool that
+answers at once), model_turn appends the result and requests the next turn, and reads that
+request back — four stream hops, each with its durable ledger step.  Both ends are measured
+by the model itself: the scripted model server (the SDK path) or `shared.bench.provider`'s
+`ModelClock` (in process).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import aiohttp
+
+from shared.bench.floor import FloorRelay
+from shared.bench.harness import Deployment, run_spec
+from shared.bench.provider import MODEL_LOG
+from shared.stack import Progress
+
+SCENARIO = "bench-latency"
+WARM_UP = "bench-three-turns"
+ROUND_TRIPS = 50
+"""The scenario's tool turns (services/scenarios/bench-latency.json)."""
+TIMEOUT_S = 120.0
+
+
+async def _run_once(deployment: Deployment, api: str) -> None:
+    """One warm-up run (imports, connections, caches), then the measured run."""
+    await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
+
+
+async def in_process_ms(deployment: Deployment, api: str) -> list[float]:
+    """Round trips with the in-process provider, read from its `ModelClock` log."""
+    await _run_once(deployment, api)
+    assert deployment.redis is not None
+    log = deployment.keys.bench(MODEL_LOG)
+    last = await deployment.redis.xrevrange(log, count=1)
+    after = last[0][0].decode() if last else "0-0"
+    await deployment.run_batch(run_spec(api, SCENARIO), 1, TIMEOUT_S)
+    entries = await deployment.redis.xrange(log, min=f"({after}")
+    return [
+        (int(fields[b"arrived_ns"]) - int(fields[b"answered_ns"])) / 1e6
+        for _, fields in entries
+    ]
+
+
+async def sdk_ms(deployment: Deployment, api: str) -> list[float]:
+    """Round trips through the official SDK, from the scripted model server's request log."""
+    await _run_once(deployment, api)
+    await deployment.run_batch(run_spec(api, SCENARIO), 1, TIMEOUT_S)
+    url = deployment.system.urls["model"]
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/_log") as reply:
+        log: list[dict[str, Any]] = await reply.json()
+    requests = sorted(
+        (e for e in log if e.get("scenario") == SCENARIO), key=lambda e: e["received_ns"]
+    )
+    return [
+        (later["received_ns"] - earlier["answered_ns"]) / 1e6
+        for earlier, later in itertools.pairwise(requests)
+    ]
+
+
+async def measure(
+    redis_url: str, api: str, floor: FloorRelay, progress: Progress
+) -> dict[str, Any]:
+    """Floor, in-process, floor, SDK: the floors bracket the pipeline runs in time."""
+    floor_ms = await floor.latency_ms(ROUND_TRIPS)
+    progress("latency: in-process provider")
+    async with Deployment(redis_url, model="in_process_timed", progress=progress) as d:
+        in_process = await in_process_ms(d, api)
+    floor_ms += await floor.latency_ms(ROUND_TRIPS)
+    progress("latency: official SDK to the scripted model server")
+    async with Deployment(redis_url, model="sdk", progress=progress) as d:
+        sdk = await sdk_ms(d, api)
+    floor_ms += await floor.latency_ms(ROUND_TRIPS)
+    return {"floor_ms": floor_ms, "in_process_ms": in_process, "sdk_ms": sdk}

@@ -1,0 +1,157 @@
+"""The in-process scripted provider: the real adapters with the SDK call swapped for the
+scripted model running in this process.  Benchmark only; it isolates the runtime's own cost.
+
+Each class here *is* the real adapter of its protocol (request mapping, response
+classification, history items, the turn record); only ``_call`` differs: instead of sending
+the request through the SDK over HTTP, it hands the same request body to the scripted model
+server's own logic (`services.scripted.server.ScriptedApp`: scenario step, the API's history
+rules, the non-stream response body).  So the provider-native history and everything
+downstream are exactly what a real adapter produces.
+
+Selected by ``CALLGATE_ADAPTER_FACTORY=shared.bench.provider:in_process`` in the model_turn
+worker's environment; ``…:in_process_timed`` also records, for the latency benchmark, when
+each request reached the model and when its answer left (`ModelClock`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.scripted.scenario import build_turn
+from services.scripted.server import ScriptedApp
+from services.scripted.wires import ANTHROPIC, CHAT, RESPONSES, Wire
+from services.scripted_model import DEFAULT_SCENARIOS
+from shared.config import Settings
+from shared.errors import ProviderError
+from shared.keys import Keys
+from shared.providers.anthropic_messages import AnthropicMessagesAdapter, MessagesStream
+from shared.providers.base import JsonDict, ProviderAdapter, TurnEvent
+from shared.providers.common import error_message, kind_for_status, make_error
+from shared.providers.openai_chat import ChatStream, OpenAIChatAdapter
+from shared.providers.openai_responses import OpenAIResponsesAdapter, ResponsesStream
+
+MODEL_LOG = "model_log"
+"""`Keys.bench` name of the stream where `ModelClock` writes its round trips."""
+
+
+class ModelClock:
+    """Monotonic times a request arrived at the model and its answer left.
+
+    The pair (previous answer left, this request arrived) is one round trip through the
+    runtime.  It is written to Redis at the *start* of the next request, i.e. during model
+    time, so recording it never lengthens a measured round trip.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._redis = aioredis.Redis.from_url(settings.redis_url)
+        self._key = Keys(settings.key_prefix, settings.partitions).bench(MODEL_LOG)
+        self._answered_ns: int | None = None
+
+    async def arrived(self, first_turn: bool) -> None:
+        """A request reached the model; its run's first turn closes no round trip."""
+        arrived_ns = time.monotonic_ns()
+        if self._answered_ns is not None and not first_turn:
+            fields = {"answered_ns": self._answered_ns, "arrived_ns": arrived_ns}
+            await self._redis.xadd(self._key, fields)
+        self._answered_ns = None
+
+    def answered(self) -> None:
+        self._answered_ns = time.monotonic_ns()
+
+
+class InProcessModel:
+    """The scripted model server's logic, called directly; one per worker process."""
+
+    def __init__(self, clock: ModelClock | None = None) -> None:
+        self._app = ScriptedApp([DEFAULT_SCENARIOS])
+        self._clock = clock
+
+    async def answer(self, wire: Wire, request: JsonDict) -> JsonDict:
+        """The non-stream response body the server would send, or its error as the SDK's."""
+        if self._clock is not None:
+            await self._clock.arrived(wire.conversation(request).assistant_turns == 0)
+        try:
+            return self._answer(wire, request)
+        finally:
+            if self._clock is not None:
+                self._clock.answered()
+
+    def _answer(self, wire: Wire, request: JsonDict) -> JsonDict:
+        plan = self._app.plan(wire, request)
+        if plan.error is not None:
+            raise _as_provider_error(plan.error.status, plan.error.body)
+        assert plan.scenario is not None and plan.step is not None
+        if plan.faults:
+            raise ValueError("the in-process provider injects no faults; use the server")
+        step = plan.scenario.steps[plan.step]
+        turn = build_turn(step, wire.conversation(request), (), plan.scenario.model)
+        return wire.render_json(turn, request)
+
+
+def _as_provider_error(status: int, body: Mapping[str, Any]) -> ProviderError:
+    """What the adapter's SDK error mapping makes of an HTTP error with this status."""
+    message = error_message(dict(body), f"HTTP {status}")
+    return make_error(kind_for_status(status), message, status=status)
+
+
+class InProcessResponses(OpenAIResponsesAdapter):
+    def __init__(self, model: InProcessModel) -> None:
+        super().__init__(stream=False)
+        self.model = model
+
+    async def _call(
+        self, request: JsonDict, assembler: ResponsesStream, timeout_s: float
+    ) -> tuple[JsonDict, TurnEvent | None]:
+        return await self.model.answer(RESPONSES, request), None
+
+
+class InProcessChat(OpenAIChatAdapter):
+    def __init__(self, model: InProcessModel) -> None:
+        super().__init__(stream=False)
+        self.model = model
+
+    async def _call(
+        self, request: JsonDict, assembler: ChatStream, timeout_s: float
+    ) -> tuple[JsonDict, TurnEvent | None]:
+        return await self.model.answer(CHAT, request), None
+
+
+class InProcessMessages(AnthropicMessagesAdapter):
+    def __init__(self, model: InProcessModel) -> None:
+        super().__init__(stream=False)
+        self.model = model
+
+    async def _call(
+        self, request: JsonDict, assembler: MessagesStream, timeout_s: float
+    ) -> tuple[JsonDict, Mapping[int, str], TurnEvent | None]:
+        return await self.model.answer(ANTHROPIC, request), {}, None
+
+
+_CLASSES: dict[str, type[InProcessResponses | InProcessChat | InProcessMessages]] = {
+    "openai-responses": InProcessResponses,
+    "openai-chat": InProcessChat,
+    "anthropic-messages": InProcessMessages,
+}
+_models: dict[bool, InProcessModel] = {}
+
+
+def _adapter(api: str, *, timed: bool) -> ProviderAdapter:
+    if api not in _CLASSES:
+        raise ValueError(f"unknown provider api {api!r}; known: {sorted(_CLASSES)}")
+    if timed not in _models:
+        _models[timed] = InProcessModel(ModelClock(Settings()) if timed else None)
+    return _CLASSES[api](_models[timed])
+
+
+def in_process(api: str) -> ProviderAdapter:
+    """Adapter factory (``CALLGATE_ADAPTER_FACTORY``): the in-process scripted provider."""
+    return _adapter(api, timed=False)
+
+
+def in_process_timed(api: str) -> ProviderAdapter:
+    """Adapter factory: the in-process scripted provider, recording round trips (`ModelClock`)."""
+    return _adapter(api, timed=True)

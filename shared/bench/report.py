@@ -1,0 +1,153 @@
+"""From raw measurements to figures, targets and the printed table.  Pure: no I/O.
+
+Targets hold on the issue's reference machine (2 cores); latency and throughput are also
+given as ratios to the floor measured in the same run, which survive a noisy machine.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Target:
+    figure: str
+    """Where the value is: ``scenario.figure`` in the summary."""
+    bound: float
+    at_most: bool
+    """True: value ≤ bound meets it; False: value ≥ bound."""
+
+    def met(self, value: float) -> bool:
+        return value <= self.bound if self.at_most else value >= self.bound
+
+
+TARGETS: dict[str, Target] = {
+    "round_trip_p50_vs_floor": Target("latency.in_process_p50_vs_floor", 2.0, True),
+    "throughput_calls_per_s": Target("throughput.calls_per_s", 1500.0, False),
+    "executor_1proc_calls_per_s": Target("executors.one_calls_per_s", 1000.0, False),
+    "executor_2proc_vs_1proc": Target("executors.two_vs_one", 1.0, False),
+    "recovery_p50_s": Target("recovery.p50_s", 2.0, True),
+    "recovery_max_s": Target("recovery.max_s", 5.0, True),
+    "redis_bytes_per_run": Target("memory.bytes_per_run", 20_480.0, True),
+    "run_keys_left_after_retention": Target("memory.keys_left_after_retention", 0.0, True),
+    "rss_growth": Target("memory.rss_growth_max", 0.10, True),
+}
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100); NaN without samples."""
+    if not samples:
+        return math.nan
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _ratio(value: float, floor: float) -> float:
+    return value / floor if floor else math.nan
+
+
+def latency_summary(raw: dict[str, list[float]]) -> dict[str, Any]:
+    floor = raw["floor_ms"]
+    out: dict[str, Any] = {"round_trips": len(raw["in_process_ms"])}
+    for name in ("floor", "in_process", "sdk"):
+        samples = raw[f"{name}_ms"]
+        out[f"{name}_p50_ms"] = percentile(samples, 50)
+        out[f"{name}_p99_ms"] = percentile(samples, 99)
+    for name in ("in_process", "sdk"):
+        out[f"{name}_p50_vs_floor"] = _ratio(out[f"{name}_p50_ms"], out["floor_p50_ms"])
+    out["samples_ms"] = {k.removesuffix("_ms"): v for k, v in raw.items()}
+    out["floor_round_trips"] = len(floor)
+    return out
+
+
+def throughput_summary(raw: dict[str, Any]) -> dict[str, Any]:
+    return {**raw, "vs_floor": _ratio(raw["calls_per_s"], raw["floor_calls_per_s"])}
+
+
+def executors_summary(one: dict[str, Any], two: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "one_calls_per_s": one["calls_per_s"],
+        "two_calls_per_s": two["calls_per_s"],
+        "two_vs_one": _ratio(two["calls_per_s"], one["calls_per_s"]),
+        "one_in_flight_mean": one["in_flight_mean"],
+        "one_in_flight_max": one["in_flight_max"],
+        "two_in_flight_mean": two["in_flight_mean"],
+        "two_in_flight_max": two["in_flight_max"],
+        "calls": one["calls"],
+    }
+
+
+def recovery_summary(times_s: list[float]) -> dict[str, Any]:
+    return {
+        "repetitions": len(times_s),
+        "p50_s": statistics.median(times_s) if times_s else math.nan,
+        "max_s": max(times_s, default=math.nan),
+        "samples_s": times_s,
+    }
+
+
+def targets(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One entry per target whose scenario ran: value, target (e.g. "<= 2.0"), met."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, target in TARGETS.items():
+        scenario, figure = target.figure.split(".")
+        if scenario not in summary:
+            continue
+        value = float(summary[scenario][figure])
+        sign = "<=" if target.at_most else ">="
+        met = not math.isnan(value) and target.met(value)
+        out[name] = {"value": value, "target": f"{sign} {target.bound:g}", "met": met}
+    return out
+
+
+TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("latency", "floor_p50_ms", "4-hop floor p50 (ms)"),
+    ("latency", "floor_p99_ms", "4-hop floor p99 (ms)"),
+    ("latency", "in_process_p50_ms", "round trip p50, in-process model (ms)"),
+    ("latency", "in_process_p99_ms", "round trip p99, in-process model (ms)"),
+    ("latency", "in_process_p50_vs_floor", "  p50 / floor"),
+    ("latency", "sdk_p50_ms", "round trip p50, SDK + scripted server (ms)"),
+    ("latency", "sdk_p99_ms", "round trip p99, SDK + scripted server (ms)"),
+    ("latency", "sdk_p50_vs_floor", "  p50 / floor"),
+    ("throughput", "calls_per_s", "throughput (tool calls/s)"),
+    ("throughput", "floor_calls_per_s", "batched floor (calls/s)"),
+    ("throughput", "vs_floor", "  throughput / floor"),
+    ("executors", "one_calls_per_s", "1 executor, 50 ms tools (calls/s)"),
+    ("executors", "one_in_flight_mean", "  calls in flight (mean)"),
+    ("executors", "two_calls_per_s", "2 executors, 50 ms tools (calls/s)"),
+    ("executors", "two_in_flight_mean", "  calls in flight (mean)"),
+    ("executors", "two_vs_one", "  2 / 1"),
+    ("recovery", "p50_s", "recovery after SIGKILL p50 (s)"),
+    ("recovery", "max_s", "recovery after SIGKILL max (s)"),
+    ("memory", "bytes_per_run", "Redis bytes per finished 3-turn run"),
+    ("memory", "bytes_per_run_after_retention", "  after retention"),
+    ("memory", "keys_left_after_retention", "  run keys left after retention"),
+    ("memory", "rss_growth_max", "worker RSS growth (max over workers)"),
+)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def table(summary: dict[str, dict[str, Any]], met: dict[str, dict[str, Any]]) -> str:
+    """The human table: one line per figure, with its target and verdict where it has one."""
+    by_figure = {TARGETS[name].figure: (name, entry) for name, entry in met.items()}
+    lines = [f"{'figure':<46} {'value':>12}  {'target':<12} met"]
+    for scenario, figure, label in TABLE_ROWS:
+        if scenario not in summary or figure not in summary[scenario]:
+            continue
+        value = _fmt(summary[scenario][figure])
+        _, entry = by_figure.get(f"{scenario}.{figure}", ("", None))
+        verdict = ""
+        if entry is not None:
+            verdict = f"{entry['target']:<12} {'yes' if entry['met'] else 'NO'}"
+        lines.append(f"{label:<46} {value:>12}  {verdict}".rstrip())
+    return "\n".join(lines)

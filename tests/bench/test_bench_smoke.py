@@ -1,0 +1,40 @@
+"""`callgate bench --smoke`: every scenario runs end to end with real processes on the test's
+private Redis, and reports every figure and every target.  Tiny sizes; nothing here is timed,
+so no threshold can flake."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import orjson
+import redis
+
+from shared.bench.report import TABLE_ROWS, TARGETS
+from shared.embedded_redis import EmbeddedRedis
+
+SMOKE_TIMEOUT_S = 110
+
+
+def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) -> None:
+    argv = [sys.executable, "-m", "shared.cli", "bench", "--smoke", "--json",
+            "--redis-url", redis_server.url]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = orjson.loads(done.stdout)
+
+    scenarios = document["scenarios"]
+    for scenario, figure, _ in TABLE_ROWS:
+        value = scenarios[scenario][figure]
+        assert isinstance(value, int | float) and not math.isnan(value), (scenario, figure)
+    assert set(document["targets"]) == set(TARGETS)
+    for name, entry in document["targets"].items():
+        assert set(entry) == {"value", "target", "met"}, name
+        assert isinstance(entry["met"], bool), name
+    # The benchmark left nothing of its own behind on the Redis it was given.
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        assert list(client.scan_iter("cgbench*")) == []
+    finally:
+        client.close()
