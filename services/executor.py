@@ -54,8 +54,7 @@ class Executor:
                 raise EnvelopeError(f"executor does not handle {message.kind!r}")
 
     async def on_exec(self, message: ExecRequest) -> None:
-        call = await self.ledger.get_call(message.run_id, message.call_id)
-        run = await self.ledger.get_run(message.run_id)
+        run, [call] = await self.ledger.run_and_calls(message.run_id, [message.call_id])
         if call is None or run is None:
             raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
         tool = load_registry(run.tool_modules).get(call.tool)

@@ -33,7 +33,7 @@ from shared.keys import Keys
 from shared.logs import log_fields, setup_logging
 from shared.providers import get_adapter
 from shared.runspec import RunSpecError, parse_spec, to_run_record
-from shared.service import Runtime, build_runtime
+from shared.service import Runtime, build_runtime, tune_gc
 from shared.states import RUN_TERMINAL, RunState
 from shared.store import now_ms
 from shared.tools import load_registry
@@ -246,6 +246,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--burst", action="store_true", help="run queued jobs, then exit")
     args = parser.parse_args(argv)
     setup_logging("ingress")
+    tune_gc()
     asyncio.run(serve(Settings(), burst=args.burst))
 
 

@@ -94,7 +94,8 @@ class ModelTurn:
     # -- a turn ---------------------------------------------------------------------------
 
     async def on_turn_request(self, message: TurnRequest) -> None:
-        run = await self._run(message.run_id)
+        found, history = await self.ledger.run_and_history(message.run_id)
+        run = _exists(message.run_id, found)
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
             return  # stale or duplicate: the turn was taken already
         ended = budget_end(run, now_ms())
@@ -105,7 +106,7 @@ class ModelTurn:
         registry = load_registry(run.tool_modules)
         turn_input = TurnInput(
             model=run.model,
-            history=await self.ledger.history(run.run_id),
+            history=history,
             tools=registry.specs(run.allowed_tools),
             instructions=run.instructions,
             max_output_tokens=self.rt.settings.max_output_tokens,
@@ -148,7 +149,8 @@ class ModelTurn:
             return tx
         record = outcome.record
         keys = self.rt.keys
-        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): orjson.dumps(record.to_json())})
+        # orjson writes the dataclass as `to_json()` would, without deep-copying the response.
+        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): orjson.dumps(record)})
         tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
         tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
         self.ledger.event(
@@ -279,10 +281,10 @@ class ModelTurn:
     # -- results ----------------------------------------------------------------------------
 
     async def on_call_result(self, message: CallResult) -> None:
-        run = await self._run(message.run_id)
+        found, call_ids = await self.ledger.run_and_turn_calls(message.run_id, message.turn)
+        run = _exists(message.run_id, found)
         if run.turn != message.turn or run.status not in WAITING_FOR_RESULTS:
             return
-        call_ids = await self.ledger.turn_call_ids(run.run_id, run.turn)
         calls = tuple(await self.ledger.get_calls(run.run_id, call_ids))
         step = after_results(calls)
         match step:
@@ -310,12 +312,12 @@ class ModelTurn:
             case _:
                 assert_never(step)
 
-    async def _run(self, run_id: str) -> RunRecord:
-        run = await self.ledger.get_run(run_id)
-        if run is None:
-            raise NotFoundError(f"run {run_id} does not exist")
-        return run
 
+
+def _exists(run_id: str, run: RunRecord | None) -> RunRecord:
+    if run is None:
+        raise NotFoundError(f"run {run_id} does not exist")
+    return run
 
 def _items(items: list[dict[str, object]]) -> list[bytes]:
     return [orjson.dumps(item) for item in items]

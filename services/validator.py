@@ -33,7 +33,7 @@ from shared.policy import Decision, Limits, ProposedCall, check_preconditions, d
 from shared.records import CallRecord, RunRecord, error_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
-from shared.store import now_ms
+from shared.store import now_ms, require_calls
 from shared.streams import Delivery, Handler
 from shared.tools import call_context, load_registry
 from shared.tx import Tx
@@ -66,12 +66,12 @@ class Validator:
                 raise EnvelopeError(f"validator does not handle {message.kind!r}")
 
     async def on_validate(self, message: ValidateRequest) -> None:
-        run = await self.ledger.get_run(message.run_id)
+        run, found = await self.ledger.run_and_calls(message.run_id, message.call_ids)
         if run is None:
             raise NotFoundError(f"run {message.run_id} does not exist")
         if run.status != RunState.VALIDATING or run.turn != message.turn:
             return  # decided already (redelivery) or the run moved on
-        calls = await self.ledger.get_calls(run.run_id, list(message.call_ids))
+        calls = require_calls(run.run_id, message.call_ids, found)
         if any(call.state != CallState.REQUESTED for call in calls):
             return
         decisions = await self._decide(run, calls)

@@ -43,6 +43,10 @@ class Keys:
     def call(self, run_id: str, call_id: str) -> str:
         return f"{self._run_tag(run_id)}:call:{run_id}:{call_id}"
 
+    def provider_calls(self, run_id: str) -> str:
+        """Hash of the provider call ids a run's calls carry → call id (reuse is refused)."""
+        return f"{self._run_tag(run_id)}:pcalls:{run_id}"
+
     def turn_calls(self, run_id: str, turn: int) -> str:
         """Ordered list of the call ids one turn produced (provider order)."""
         return f"{self._run_tag(run_id)}:tcalls:{run_id}:{turn}"

@@ -8,6 +8,7 @@ records).  Pure; no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from typing import Any
@@ -27,7 +28,9 @@ _SECRET_VALUE = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
+    """Cached: every event is redacted, and its keys are nearly always the same few names."""
     return _SECRET_KEY.search(key.lower().replace("-", "_")) is not None
 
 

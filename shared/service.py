@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -23,6 +24,9 @@ from shared.store import Ledger
 from shared.streams import DeadLetter, Handler, StreamWorker, install_signal_handlers
 
 log = logging.getLogger("callgate.service")
+
+GC_THRESHOLD = 20_000
+"""Allocations between young-generation collections (CPython's default is 700)."""
 
 
 @dataclass
@@ -104,11 +108,25 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     return 0
 
 
+def tune_gc() -> None:
+    """Keep the cyclic garbage collector off the hot path of a long-running worker.
+
+    A worker imports two provider SDKs, pydantic schemas and its tools: hundreds of thousands
+    of long-lived objects that every full collection walked again (about 150 ms each, a
+    quarter of a busy worker's CPU).  `gc.freeze` takes what start-up built out of the
+    collector's sight; a larger first threshold lets the many short-lived objects of each
+    message die by reference counting before a collection looks at them.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 20, 20)
+
+
 def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m services.{spec.name}")
     parser.add_argument("--burst", action="store_true", help="drain the streams, then exit")
     args = parser.parse_args(argv)
     setup_logging(spec.name)
+    tune_gc()
 
     async def _run() -> None:
         runtime = build_runtime(spec.name)

@@ -151,6 +151,7 @@ class Steps:
             call = call.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
         key = self.keys.call(call.run_id, call.call_id)
         tx.expect_missing(key).hset(key, call.to_hash())
+        tx.hset(self.keys.provider_calls(call.run_id), {call.provider_call_id: call.call_id})
         return self.event(
             tx,
             call.run_id,
@@ -217,6 +218,7 @@ class Steps:
             keys.history(run_id),
             keys.raw_responses(run_id),
             keys.events(run_id),
+            keys.provider_calls(run_id),
         ):
             tx.expire(key, ttl)
         for call_id in call_ids:

@@ -14,10 +14,10 @@ Redis connection and timeout errors become `RedisUnavailableError` in one place,
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
@@ -26,6 +26,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.approvals import ApprovalRecord
+from shared.autopipeline import AutoPipeline, Command
 from shared.config import Settings
 from shared.errors import NotFoundError, RedisUnavailableError
 from shared.keys import Keys
@@ -44,21 +45,12 @@ __all__ = [
     "now_ms",
     "redact",
     "redis_errors",
+    "require_calls",
     "runs_index",
 ]
 
 APPLY_LUA = (resources.files("shared.lua") / "apply.lua").read_text(encoding="utf-8")
 APPLY_SHA = hashlib.sha1(APPLY_LUA.encode()).hexdigest()
-
-T = TypeVar("T")
-
-
-async def _io(value: Awaitable[T] | T) -> T:
-    """redis-py types its commands as ``Awaitable[T] | T``; on the asyncio client they await."""
-    if isinstance(value, Awaitable):
-        return await value
-    return value
-
 
 @contextmanager
 def redis_errors() -> Iterator[None]:
@@ -83,20 +75,31 @@ class Ledger(Steps):
     def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
         super().__init__(keys, settings)
         self.redis = redis
+        self.pipe = AutoPipeline(redis)
+        """Every ledger command goes through here: one round trip per event loop iteration."""
+
+    async def _cmds(self, commands: Sequence[Command]) -> list[Any]:
+        """Several commands in one round trip; a Redis error comes back in place of a reply."""
+        with redis_errors():
+            return await self.pipe.send(commands)
+
+    async def _reads(self, commands: Sequence[Command]) -> list[Any]:
+        """Several commands in one round trip; the first Redis error is raised."""
+        replies = await self._cmds(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def _cmd(self, *command: Any) -> Any:
+        [reply] = await self._reads([command])
+        return reply
 
     # ---- applying transactions -------------------------------------------------------
     async def apply(self, tx: Tx) -> TxResult:
         """Run one Tx atomically: all of it, or nothing and the guard that failed."""
-        argv: list[Any] = [*tx.keys, tx.payload()]
-        with redis_errors():
-            try:
-                reply = await _io(self.redis.evalsha(APPLY_SHA, len(tx.keys), *argv))
-            except NoScriptError:
-                await _io(self.redis.script_load(APPLY_LUA))
-                reply = await _io(self.redis.evalsha(APPLY_SHA, len(tx.keys), *argv))
-            except ResponseError as exc:
-                raise _rejected(exc) from exc
-        return tx.result(reply)
+        [result] = await self.apply_many([tx])
+        return result
 
     async def apply_many(self, txs: Sequence[Tx]) -> list[TxResult]:
         """Run independent Txs in one pipelined round trip; each is atomic on its own.
@@ -105,12 +108,12 @@ class Ledger(Steps):
         sent again; they then run after the others of the batch, which is harmless because
         the Txs of one batch are independent by contract.
         """
-        replies: list[Any] = await self._pipeline(txs)
+        replies = await self._cmds([_evalsha(tx) for tx in txs])
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
-            with redis_errors():
-                await _io(self.redis.script_load(APPLY_LUA))
-            for i, reply in zip(retry, await self._pipeline([txs[i] for i in retry]), strict=True):
+            await self._cmd("script_load", APPLY_LUA)
+            again = await self._cmds([_evalsha(txs[i]) for i in retry])
+            for i, reply in zip(retry, again, strict=True):
                 replies[i] = reply
         results = []
         for tx, reply in zip(txs, replies, strict=True):
@@ -119,68 +122,74 @@ class Ledger(Steps):
             results.append(tx.result(reply))
         return results
 
-    async def _pipeline(self, txs: Sequence[Tx]) -> list[Any]:
-        with redis_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for tx in txs:
-                    argv: list[Any] = [*tx.keys, tx.payload()]
-                    pipe.evalsha(APPLY_SHA, len(tx.keys), *argv)
-                return list(await pipe.execute(raise_on_error=False))
-
     # ---- reads -------------------------------------------------------------------------
     async def get_run(self, run_id: str) -> RunRecord | None:
-        with redis_errors():
-            raw = await _io(self.redis.hgetall(self.keys.run(run_id)))
+        raw = await self._cmd("hgetall", self.keys.run(run_id))
         return RunRecord.from_hash(raw) if raw else None
 
     async def get_call(self, run_id: str, call_id: str) -> CallRecord | None:
-        with redis_errors():
-            raw = await _io(self.redis.hgetall(self.keys.call(run_id, call_id)))
+        raw = await self._cmd("hgetall", self.keys.call(run_id, call_id))
         return CallRecord.from_hash(raw) if raw else None
 
     async def get_approval(self, run_id: str, approval_id: str) -> ApprovalRecord | None:
-        with redis_errors():
-            raw = await _io(self.redis.hgetall(self.keys.approval(run_id, approval_id)))
+        raw = await self._cmd("hgetall", self.keys.approval(run_id, approval_id))
         return ApprovalRecord.from_hash(raw) if raw else None
 
+    async def run_and_calls(
+        self, run_id: str, call_ids: Sequence[str]
+    ) -> tuple[RunRecord | None, list[CallRecord | None]]:
+        """The run and the calls asked for (None where missing), in one round trip."""
+        keys = [self.keys.run(run_id), *(self.keys.call(run_id, c) for c in call_ids)]
+        raw_run, *raws = await self._reads([("hgetall", key) for key in keys])
+        run = RunRecord.from_hash(raw_run) if raw_run else None
+        return run, [CallRecord.from_hash(raw) if raw else None for raw in raws]
+
+    async def run_and_history(self, run_id: str) -> tuple[RunRecord | None, list[dict[str, Any]]]:
+        """The run and its provider-native history, in one round trip."""
+        raw_run, items = await self._reads(
+            [("hgetall", self.keys.run(run_id)), ("lrange", self.keys.history(run_id), 0, -1)]
+        )
+        run = RunRecord.from_hash(raw_run) if raw_run else None
+        return run, [orjson.loads(item) for item in items]
+
+    async def run_and_turn_calls(
+        self, run_id: str, turn: int
+    ) -> tuple[RunRecord | None, list[str]]:
+        """The run and the call ids of its turn ``turn``, in one round trip."""
+        turn_calls = self.keys.turn_calls(run_id, turn)
+        raw_run, ids = await self._reads(
+            [("hgetall", self.keys.run(run_id)), ("lrange", turn_calls, 0, -1)]
+        )
+        return (RunRecord.from_hash(raw_run) if raw_run else None), [_text(i) for i in ids]
+
     async def get_calls(self, run_id: str, call_ids: Sequence[str]) -> list[CallRecord]:
-        """The calls in the order asked, in one pipeline; `NotFoundError` if any is missing."""
-        with redis_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for call_id in call_ids:
-                    pipe.hgetall(self.keys.call(run_id, call_id))
-                raws = await pipe.execute()
-        missing = [c for c, raw in zip(call_ids, raws, strict=True) if not raw]
-        if missing:
-            raise NotFoundError(f"run {run_id}: no record of calls {missing}")
-        return [CallRecord.from_hash(raw) for raw in raws]
+        """The calls in the order asked, in one round trip; `NotFoundError` if any is missing."""
+        raws = await self._reads([("hgetall", self.keys.call(run_id, c)) for c in call_ids])
+        return require_calls(
+            run_id, call_ids, [CallRecord.from_hash(raw) if raw else None for raw in raws]
+        )
 
     async def turn_call_ids(self, run_id: str, turn: int) -> list[str]:
         """The call ids of one turn in provider order."""
-        with redis_errors():
-            raw = await _io(self.redis.lrange(self.keys.turn_calls(run_id, turn), 0, -1))
+        raw = await self._cmd("lrange", self.keys.turn_calls(run_id, turn), 0, -1)
         return [_text(v) for v in raw]
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """The provider-native conversation, exactly as it must be resent."""
-        with redis_errors():
-            raw = await _io(self.redis.lrange(self.keys.history(run_id), 0, -1))
+        raw = await self._cmd("lrange", self.keys.history(run_id), 0, -1)
         return [orjson.loads(v) for v in raw]
 
     async def raw_responses(self, run_id: str) -> dict[int, dict[str, Any]]:
-        with redis_errors():
-            raw = await _io(self.redis.hgetall(self.keys.raw_responses(run_id)))
+        raw = await self._cmd("hgetall", self.keys.raw_responses(run_id))
         return {int(k): orjson.loads(v) for k, v in sorted(raw.items(), key=lambda kv: int(kv[0]))}
 
     async def events(self, run_id: str, count: int | None = None) -> list[Event]:
-        with redis_errors():
-            entries = await _io(self.redis.xrange(self.keys.events(run_id), count=count))
+        entries = await self._cmd("xrange", self.keys.events(run_id), "-", "+", count)
         return [Event.from_entry(entry_id, fields) for entry_id, fields in entries]
 
     async def run_ids(self, partition: int, limit: int = 100) -> list[str]:
         """The partition's most recent run ids, newest first."""
-        with redis_errors():
-            raw = await _io(self.redis.zrevrange(runs_index(self.keys, partition), 0, limit - 1))
+        raw = await self._cmd("zrevrange", runs_index(self.keys, partition), 0, limit - 1)
         return [_text(v) for v in raw]
 
     async def create_run(self, run: RunRecord, outbox: Iterable[tuple[str, Any]] = ()) -> bool:
@@ -188,12 +197,9 @@ class Ledger(Steps):
         return (await self.apply(self.new_run(run, outbox))).ok
 
     async def run_call_ids(self, run_id: str, last_turn: int) -> list[str]:
-        """Every call id of turns 1..``last_turn``, in turn and provider order (one pipeline)."""
-        with redis_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for turn in range(1, last_turn + 1):
-                    pipe.lrange(self.keys.turn_calls(run_id, turn), 0, -1)
-                lists = await pipe.execute()
+        """Every call id of turns 1..``last_turn``, in turn and provider order (one round trip)."""
+        keys = [self.keys.turn_calls(run_id, turn) for turn in range(1, last_turn + 1)]
+        lists = await self._reads([("lrange", key, 0, -1) for key in keys])
         return [_text(call_id) for ids in lists for call_id in ids]
 
     async def reused_provider_call_ids(
@@ -202,18 +208,13 @@ class Ledger(Steps):
         """Those of ``provider_call_ids`` that calls of this run already carry.
 
         A provider call id seen again means a replayed or confused response; results pair by
-        these ids, so the caller must not create a second call under one.
+        these ids, so the caller must not create a second call under one.  One HMGET on the
+        run's provider-id index, which `create_call` fills in the step that creates a call.
         """
-        run = await self.get_run(run_id)
-        if run is None or not provider_call_ids:
+        if not provider_call_ids:
             return []
-        call_ids = await self.run_call_ids(run_id, run.turn)
-        with redis_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for call_id in call_ids:
-                    pipe.hget(self.keys.call(run_id, call_id), "provider_call_id")
-                seen = {_text(v) for v in await pipe.execute() if v is not None}
-        return [pid for pid in provider_call_ids if pid in seen]
+        seen = await self._cmd("hmget", self.keys.provider_calls(run_id), *provider_call_ids)
+        return [pid for pid, hit in zip(provider_call_ids, seen, strict=True) if hit is not None]
 
     async def fail_run(self, run_id: str, reason: str) -> bool:
         """Fail a live run with ``reason`` (e.g. a dead letter); False if missing or ended.
@@ -233,11 +234,22 @@ class Ledger(Steps):
 
     async def prune_runs_index(self, partition: int, older_than_ms: int) -> int:
         """Drop index entries of runs created before ``older_than_ms`` (their keys expired)."""
-        with redis_errors():
-            removed = await _io(
-                self.redis.zremrangebyscore(runs_index(self.keys, partition), "-inf", older_than_ms)
-            )
-        return int(removed)
+        index = runs_index(self.keys, partition)
+        return int(await self._cmd("zremrangebyscore", index, "-inf", older_than_ms))
+
+
+def require_calls(
+    run_id: str, call_ids: Sequence[str], found: Sequence[CallRecord | None]
+) -> list[CallRecord]:
+    """``found`` without gaps; `NotFoundError` naming the call ids that have no record."""
+    missing = [c for c, call in zip(call_ids, found, strict=True) if call is None]
+    if missing:
+        raise NotFoundError(f"run {run_id}: no record of calls {missing}")
+    return [call for call in found if call is not None]
+
+
+def _evalsha(tx: Tx) -> tuple[Any, ...]:
+    return ("evalsha", APPLY_SHA, len(tx.keys), *tx.keys, tx.payload())
 
 
 def _rejected(exc: ResponseError) -> Exception:

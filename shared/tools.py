@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import importlib
 import os
 import re
@@ -285,7 +286,16 @@ class ToolRegistry:
 
 
 def load_registry(modules: Sequence[str]) -> ToolRegistry:
-    """Import each module and register its ``TOOLS`` list (e.g. ``services.demo.travel``)."""
+    """Import each module and register its ``TOOLS`` list (e.g. ``services.demo.travel``).
+
+    Built once per module list and then shared: workers ask for a run's registry on every
+    message, and a registry is read-only once built.
+    """
+    return _registry(tuple(modules))
+
+
+@functools.lru_cache(maxsize=256)
+def _registry(modules: tuple[str, ...]) -> ToolRegistry:
     registry = ToolRegistry()
     for module_name in modules:
         module = importlib.import_module(module_name)

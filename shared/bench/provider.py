@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from services.scripted.scenario import build_turn
+from services.scripted.scenario import build_turn, load_scenario
 from services.scripted.server import ScriptedApp
 from services.scripted.wires import ANTHROPIC, CHAT, RESPONSES, Wire
 from services.scripted_model import DEFAULT_SCENARIOS
@@ -81,6 +81,12 @@ class InProcessModel:
                 self._clock.answered()
 
     def _answer(self, wire: Wire, request: JsonDict) -> JsonDict:
+        name = str(request.get("model"))
+        if name not in self._app.extra:
+            # Read once: the server reads the file per request, a cost no model has.
+            scenario = load_scenario(name, self._app.dirs)
+            if scenario is not None:
+                self._app.extra[name] = scenario
         plan = self._app.plan(wire, request)
         if plan.error is not None:
             raise _as_provider_error(plan.error.status, plan.error.body)

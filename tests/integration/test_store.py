@@ -284,7 +284,7 @@ async def test_finish_and_fail_run_set_retention_on_every_key(
     assert run is not None and run.status == R.FAILED and run.reason == "dead letter: poison"
     prefix = f"{keys.tag(keys.partition('run-1'))}:"
     run_keys = [k for k in await redis.keys(f"{prefix}*") if b"run-1" in k]
-    assert len(run_keys) == 8  # run, history, raw, events, 2 calls, 2 turn lists
+    assert len(run_keys) == 9  # run, history, raw, events, 2 calls, 2 turn lists, provider ids
     for key in run_keys:
         ttl = await redis.ttl(key)
         assert 0 < ttl <= settings.retention_s, key
@@ -302,6 +302,7 @@ async def test_every_key_of_a_run_shares_one_slot(
         names = [
             keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
             keys.call(run_id, "c1"), keys.turn_calls(run_id, 3), keys.events(run_id),
+            keys.provider_calls(run_id),
             keys.approval(run_id, "a1"), keys.dead_letter(p), runs_index(keys, p),
             *(keys.run_stream(kind, run_id) for kind in STREAM_KINDS),
         ]  # fmt: skip

@@ -1,0 +1,84 @@
+"""`AutoPipeline`: the Redis commands issued while the event loop is busy go as one pipeline.
+
+A worker runs many messages at once, and each handler awaits a few small commands (read the
+run, apply one Lua step).  Sent one by one, every command costs a syscall and a wake-up on
+both sides, and most of a worker's CPU goes there.  Here a request (one or several commands)
+is queued and its caller gets a future; the queue is flushed by a callback scheduled on the
+event loop, so every request made by the tasks that run before it rides in the same pipeline:
+one write, one round trip.  There is no linger timer, so a lone request waits for nothing.
+
+What does not change: each command is still a separate command (no MULTI around a batch; a
+Lua step stays atomic on its own, and independent of its neighbours), and each caller gets
+its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
+connection fails every request of that flush, exactly as it would have failed each of them.
+Commands of one caller keep their order.  Blocking commands (XREADGROUP BLOCK, XREAD BLOCK)
+must not go through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+Command = tuple[Any, ...]
+"""``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
+
+
+class AutoPipeline:
+    """Coalesces the requests of one event loop iteration into one pipelined round trip."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._queue: list[tuple[Sequence[Command], asyncio.Future[list[Any]]]] = []
+        self._scheduled = False
+        self._flushing: set[asyncio.Task[None]] = set()
+        self.flushes = 0
+        """Round trips so far (for tests and metrics)."""
+
+    def send(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]]:
+        """Queue ``commands``; the future gets their replies, a Redis error in place of the
+        reply of a command that failed, or the exception that failed the whole flush."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._queue.append((commands, future))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch, self._queue = self._queue, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _execute(
+        self, batch: list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
+    ) -> None:
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for commands, _ in batch:
+                    for method, *args in commands:
+                        getattr(pipe, method)(*args)
+                replies = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
+        except Exception as exc:
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        self.flushes += 1
+        start = 0
+        for commands, future in batch:
+            end = start + len(commands)
+            if not future.done():  # else its caller was cancelled meanwhile
+                future.set_result(replies[start:end])
+            start = end
