@@ -7,6 +7,7 @@ test secrets) is masked wherever it appears in the rendered line.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -26,7 +27,9 @@ _ENV_SECRETS = (
 MASK = "[redacted]"
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_key(key: str) -> bool:
+    """Cached: log lines repeat the same few field names."""
     lowered = key.lower()
     return any(part in lowered for part in SECRET_KEY_PARTS)
 

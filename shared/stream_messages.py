@@ -6,7 +6,7 @@ each decision about a single delivery sits in one short, readable place:
 * no ``d`` field, or a ``d`` that does not decode → dead letter now, with the reason;
 * delivered more than ``max_deliveries`` times without settling (its consumers kept dying
   or being stopped) → dead letter without running it again;
-* handler returned → ack (shielded: the effect is durable, a cancellation must not lose it);
+* handler returned → ack (queued at once: the effect is durable, a cancellation cannot lose it);
 * handler raised a non-retryable `CallgateError` → dead letter now with its message;
 * anything else → left pending (logged with the traceback) for reclaim to redeliver, and
   dead-lettered once it has failed ``max_deliveries`` times.
@@ -107,6 +107,8 @@ class MessageRunner:
         self._handler = handler
         self._on_dead_letter = on_dead_letter
         self.stats = stats
+        self.settling: set[tuple[str, str]] = set()
+        """(stream, id) of messages handled and being acked: no longer ours to heartbeat."""
 
     async def process(self, msg: Message, acker: Acker) -> None:
         """Settle one delivery; returns when it is acked, dead-lettered or left pending."""
@@ -129,8 +131,13 @@ class MessageRunner:
         except Exception as exc:
             await self._failed(msg, envelope, exc)
             return
-        # Shielded: once the effect is durable, a cancellation must not lose the ack.
-        await asyncio.shield(acker.ack(msg.stream, msg.message_id))
+        # The ack is queued before this await: cancelling the wait cannot lose it.
+        key = (msg.stream, msg.message_id)
+        self.settling.add(key)
+        try:
+            await acker.ack(msg.stream, msg.message_id)
+        finally:
+            self.settling.discard(key)
         self.stats.handled += 1
 
     async def _failed(self, msg: Message, envelope: Envelope, exc: Exception) -> None:

@@ -67,6 +67,10 @@ __all__ = [
 
 log = logging.getLogger("callgate.streams")
 
+RECLAIM_CHECKS = 6
+"""Idle-message checks per ``claim_idle_ms``: a dead consumer's messages are taken over at
+most ``claim_idle_ms / 6`` after they became claimable (XAUTOCLAIM is cheap)."""
+
 
 class StreamWorker:
     """One consumer in ``group`` over ``streams``, running ``handler`` per message."""
@@ -256,8 +260,10 @@ class StreamWorker:
             was_idle = not self._tasks
             loop = asyncio.get_running_loop()
             if loop.time() >= self._next_reclaim:
-                self._next_reclaim = loop.time() + self._settings.claim_idle_ms / 2000
+                self._next_reclaim = loop.time() + self._settings.claim_idle_ms / RECLAIM_CHECKS
                 started += await self._reclaim(slots)
+                if started == slots:
+                    self._next_reclaim = 0.0  # a full page: a dead consumer left more
             if slots > started:
                 started += await self._read(slots - started)
         finally:
@@ -345,9 +351,11 @@ class StreamWorker:
         """Keep our in-flight messages fresh so XAUTOCLAIM leaves them to us."""
         while True:
             await asyncio.sleep(self._settings.heartbeat_ms / 1000)
+            settling = self._runner.settling
             in_flight: dict[str, list[str]] = {}
-            for stream, message_id in list(self._tasks):
-                in_flight.setdefault(stream, []).append(message_id)
+            for key in list(self._tasks):
+                if key not in settling:
+                    in_flight.setdefault(key[0], []).append(key[1])
             if not in_flight:
                 continue
             try:
@@ -355,7 +363,12 @@ class StreamWorker:
             except REDIS_ERRORS as exc:
                 log.warning("heartbeat failed", extra=log_fields(error=repr(exc)))
                 continue
-            for stream, ids in lost.items():
+            for stream, all_ids in lost.items():
+                # Acked while the heartbeat was on the wire: settled here, not taken away.
+                ids = [i for i in all_ids if (stream, i) in self._tasks
+                       and (stream, i) not in settling]
+                if not ids:
+                    continue
                 log.warning(
                     "another consumer reclaimed in-flight messages; they may run twice",
                     extra=log_fields(stream=stream, message_ids=ids, consumer=self.consumer),
