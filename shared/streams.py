@@ -260,7 +260,8 @@ class StreamWorker:
             was_idle = not self._tasks
             loop = asyncio.get_running_loop()
             if loop.time() >= self._next_reclaim:
-                self._next_reclaim = loop.time() + self._settings.claim_idle_ms / RECLAIM_CHECKS
+                every_s = self._settings.claim_idle_ms / 1000 / RECLAIM_CHECKS
+                self._next_reclaim = loop.time() + every_s
                 started += await self._reclaim(slots)
                 if started == slots:
                     self._next_reclaim = 0.0  # a full page: a dead consumer left more
