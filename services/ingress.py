@@ -51,7 +51,7 @@ def deadlines_index(keys: Keys, partition: int) -> str:
 
     Same slot as the run, so the entry is written in the run's create-once step.
     """
-    return f"{keys.tag(partition)}:deadlines"
+    return keys.deadlines(partition)
 
 
 # -- start_run -------------------------------------------------------------------------------
@@ -112,12 +112,10 @@ async def hand_off_expired(rt: Runtime, run_id: str, now: int) -> bool:
         return False
     if run.deadline_ms > now:
         return False
-    call_ids = await rt.ledger.run_call_ids(run_id, run.turn)
     tx = rt.ledger.run_transition(
         Tx(), run_id, run.status, RunState.HANDED_OFF, fields={"reason": DEADLINE_REACHED}
     )
-    rt.ledger.finish_run_ttl(tx, run_id, call_ids, run.turn)
-    tx.zrem(index, run_id)
+    await rt.ledger.expire_finished(tx, run_id, run.turn)  # leaves the index too
     # Guarded on the status just read: a run that moved meanwhile is retried next sweep.
     result = await asyncio.shield(rt.ledger.apply(tx))
     if result.ok:
@@ -160,7 +158,10 @@ async def sweep_approvals(ctx: dict[str, Any]) -> int:
 
 
 async def sweep_deadlines(ctx: dict[str, Any]) -> int:
-    """Periodic: hand off every non-terminal run past its ``deadline_ms``; returns how many."""
+    """Periodic: hand off every non-terminal run past its ``deadline_ms``; returns how many.
+
+    The same sweep drops runs whose retention passed from the runs index (their keys expired
+    by themselves; the index is the one thing a finished run leaves that has no TTL)."""
     rt: Runtime = ctx["runtime"]
     now = now_ms()
     handed = 0
@@ -170,6 +171,7 @@ async def sweep_deadlines(ctx: dict[str, Any]) -> int:
         )
         for raw in due:
             handed += await hand_off_expired(rt, _text(raw), now)
+        await rt.ledger.prune_expired_runs(partition, now)
     return handed
 
 

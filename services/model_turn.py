@@ -183,8 +183,7 @@ class ModelTurn:
             fields=fields,
         )
         if step.status in RUN_TERMINAL:
-            call_ids = await self.ledger.run_call_ids(run.run_id, run.turn)
-            self.ledger.finish_run_ttl(tx, run.run_id, call_ids, turns=run.turn)
+            await self.ledger.expire_finished(tx, run.run_id, run.turn)
         await self.ledger.apply(tx)
 
     async def _start_calls(self, run: RunRecord, step: StartCalls, outcome: TurnOutcome) -> None:

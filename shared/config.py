@@ -47,6 +47,12 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, description="How long a stopping worker lets in-flight work finish."
     )
+    stream_trim_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How often a worker drops the entries every group settled from the streams "
+        "it reads (0 = never).",
+    )
 
     # Limits on what the model may send us.
     max_argument_bytes: int = Field(default=16_384, ge=64)

@@ -64,6 +64,10 @@ class Keys:
     def run_pending_approvals(self, run_id: str) -> str:
         return self.pending_approvals(self.partition(run_id))
 
+    def deadlines(self, partition: int) -> str:
+        """Sorted set of the partition's live run ids by ``deadline_ms`` (ingress's sweep)."""
+        return f"{self.tag(partition)}:deadlines"
+
     # Streams.
     def stream(self, kind: str, partition: int) -> str:
         return f"{self.tag(partition)}:{kind}"

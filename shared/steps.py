@@ -207,11 +207,14 @@ class Steps:
     ) -> Tx:
         """Let every key of a finished run expire after ``settings.retention_s``.
 
-        ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call records expire
-        only if their ids are passed (`run_call_ids` reads them); `fail_run` does that itself.
+        ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
+        records expire only if their ids are passed: `Ledger.expire_finished` reads them.  The
+        run leaves the deadline index now (a finished run has no deadline left); its entry in
+        the runs index goes once its keys expired (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
         ttl = self.settings.retention_s
+        tx.zrem(keys.deadlines(keys.partition(run_id)), run_id)
         turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
         for key in (
             keys.run(run_id),

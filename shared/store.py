@@ -225,17 +225,42 @@ class Ledger(Steps):
         run = await self.get_run(run_id)
         if run is None or run.status in RUN_TERMINAL:
             return False
-        call_ids = await self.run_call_ids(run_id, run.turn)
         tx = self.run_transition(
             Tx(), run_id, run.status, RunState.FAILED, fields={"reason": reason}
         )
-        self.finish_run_ttl(tx, run_id, call_ids, run.turn)
+        await self.expire_finished(tx, run_id, run.turn)
         return (await self.apply(tx)).ok
+
+    async def expire_finished(self, tx: Tx, run_id: str, last_turn: int) -> Tx:
+        """Append `finish_run_ttl` for every key the run made: its calls (turns 1..``last_turn``)
+        and their approvals are read here, two round trips."""
+        call_ids = await self.run_call_ids(run_id, last_turn)
+        found = await self._reads(
+            [("hget", self.keys.call(run_id, call_id), "approval_id") for call_id in call_ids]
+        )
+        approval_ids = [_text(a) for a in found if a is not None]
+        return self.finish_run_ttl(tx, run_id, call_ids, last_turn, approval_ids)
 
     async def prune_runs_index(self, partition: int, older_than_ms: int) -> int:
         """Drop index entries of runs created before ``older_than_ms`` (their keys expired)."""
         index = runs_index(self.keys, partition)
         return int(await self._cmd("zremrangebyscore", index, "-inf", older_than_ms))
+
+    async def prune_expired_runs(self, partition: int, now: int, limit: int = 1000) -> int:
+        """Drop the runs index entries of runs whose keys expired; returns how many.
+
+        Only runs created more than the retention ago can have expired; of those, up to
+        ``limit`` of the oldest are checked, live ones (long paused runs) skipped.
+        """
+        index = runs_index(self.keys, partition)
+        cutoff = now - self.settings.retention_s * 1000
+        oldest = await self._cmd("zrangebyscore", index, "-inf", cutoff, 0, limit)
+        run_ids = [_text(r) for r in oldest]
+        alive = await self._reads([("exists", self.keys.run(r)) for r in run_ids])
+        gone = [r for r, n in zip(run_ids, alive, strict=True) if not n]
+        if gone:
+            await self._cmd("zrem", index, *gone)
+        return len(gone)
 
 
 def require_calls(

@@ -8,7 +8,9 @@ can be reasoned about on its own:
 * the heartbeat refreshes in-flight messages with ``XCLAIM … JUSTID`` only where this
   consumer still owns them, so it never steals back a message another consumer reclaimed;
 * a dead letter is ``XACK`` + ``XADD`` in one Lua step, and the XADD happens only if the XACK
-  removed the entry, so a retried or racing dead-lettering writes exactly one record.
+  removed the entry, so a retried or racing dead-lettering writes exactly one record;
+* entries every group has settled are trimmed (``XTRIM MINID``), so a stream holds what is in
+  flight or unread, not every message ever sent.
 """
 
 from __future__ import annotations
@@ -88,6 +90,34 @@ async def nothing_pending(redis: aioredis.Redis, group: str, streams: list[str])
     for stream in streams:
         pipe.xpending(stream, group)
     return all(int(summary["pending"]) == 0 for summary in await pipe.execute())
+
+
+def _stream_id(value: bytes | str) -> tuple[int, int]:
+    ms, _, seq = text(value).partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def trim_settled(redis: aioredis.Redis, stream: str) -> int:
+    """Drop the entries of ``stream`` that every consumer group has settled; how many went.
+
+    The bound is, per group, its oldest pending entry, or its last delivered one when nothing
+    is pending, whichever is older, across groups.  Nothing at or after it goes: not a message
+    in flight (a consumer's or a dead one's, waiting to be reclaimed), not one still unread.
+    The bound only ever moves forward, so reading it a moment before trimming is safe.  A
+    stream without groups is left alone (nobody has read it yet).  Approximate trimming (``~``)
+    frees whole stream nodes only: cheap, and it leaves at most a node of settled entries.
+    """
+    bound: tuple[int, int] | None = None
+    for group in await redis.xinfo_groups(stream):
+        oldest = _stream_id(group["last-delivered-id"])
+        if group["pending"]:
+            summary = await redis.xpending(stream, group["name"])
+            if summary["min"] is not None:
+                oldest = min(oldest, _stream_id(summary["min"]))
+        bound = oldest if bound is None else min(bound, oldest)
+    if bound is None or bound == (0, 0):
+        return 0
+    return int(await redis.xtrim(stream, minid=f"{bound[0]}-{bound[1]}", approximate=True))
 
 
 def backoff_s(attempt: int) -> float:

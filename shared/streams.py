@@ -55,6 +55,7 @@ from shared.stream_redis import (
     nothing_pending,
     text,
 )
+from shared.stream_upkeep import Upkeep
 
 __all__ = [
     "DeadLetter",
@@ -102,6 +103,15 @@ class StreamWorker:
             handler=handler,
             on_dead_letter=on_dead_letter,
             stats=self.stats,
+        )
+        self._upkeep = Upkeep(
+            redis,
+            settings,
+            self._scripts,
+            group=group,
+            consumer=self.consumer,
+            streams=self._streams,
+            held=self._held,
         )
         self._slots = asyncio.Semaphore(settings.concurrency)
         self._slot_freed = asyncio.Event()
@@ -152,7 +162,8 @@ class StreamWorker:
         acker = self._acker = Acker(self._redis, self._group)
         background = [
             asyncio.create_task(acker.run(), name="callgate-acks"),
-            asyncio.create_task(self._heartbeat_loop(), name="callgate-heartbeat"),
+            asyncio.create_task(self._upkeep.heartbeat(), name="callgate-heartbeat"),
+            asyncio.create_task(self._upkeep.trim(), name="callgate-trim"),
         ]
         try:
             await self._ensure_groups()
@@ -348,32 +359,10 @@ class StreamWorker:
                 started += 1
         return started
 
-    async def _heartbeat_loop(self) -> None:
-        """Keep our in-flight messages fresh so XAUTOCLAIM leaves them to us."""
-        while True:
-            await asyncio.sleep(self._settings.heartbeat_ms / 1000)
-            settling = self._runner.settling
-            in_flight: dict[str, list[str]] = {}
-            for key in list(self._tasks):
-                if key not in settling:
-                    in_flight.setdefault(key[0], []).append(key[1])
-            if not in_flight:
-                continue
-            try:
-                lost = await self._scripts.heartbeat(self._group, self.consumer, in_flight)
-            except REDIS_ERRORS as exc:
-                log.warning("heartbeat failed", extra=log_fields(error=repr(exc)))
-                continue
-            for stream, all_ids in lost.items():
-                # Acked while the heartbeat was on the wire: settled here, not taken away.
-                ids = [i for i in all_ids if (stream, i) in self._tasks
-                       and (stream, i) not in settling]
-                if not ids:
-                    continue
-                log.warning(
-                    "another consumer reclaimed in-flight messages; they may run twice",
-                    extra=log_fields(stream=stream, message_ids=ids, consumer=self.consumer),
-                )
+    def _held(self) -> list[tuple[str, str]]:
+        """Messages being handled here (the heartbeat's), not those already being acked."""
+        settling = self._runner.settling
+        return [key for key in self._tasks if key not in settling]
 
     def _start(self, msg: Message) -> None:
         """Run one message in a task that owns one slot (released however the task ends)."""
