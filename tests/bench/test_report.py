@@ -1,0 +1,59 @@
+"""The benchmark's pure reporting: percentiles, targets against their bounds, the table."""
+
+from __future__ import annotations
+
+import math
+
+from shared.bench.report import TARGETS, percentile, recovery_summary, table, targets
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert percentile(samples, 50) == 50.0
+    assert percentile(samples, 99) == 99.0
+    assert percentile([3.0, 1.0, 2.0], 100) == 3.0
+    assert math.isnan(percentile([], 50))
+
+
+def _summary(**changes: float) -> dict[str, dict[str, float]]:
+    summary: dict[str, dict[str, float]] = {
+        "latency": {"in_process_p50_vs_floor": 1.5},
+        "throughput": {"calls_per_s": 1600.0},
+        "executors": {"one_calls_per_s": 900.0, "two_vs_one": 1.2},
+        "recovery": {"p50_s": 1.5, "max_s": 6.0},
+        "memory": {"bytes_per_run": 20_480.0, "keys_left_after_retention": 0,
+                   "rss_growth_max": 0.2},
+    }
+    for name, value in changes.items():
+        scenario, figure = TARGETS[name].figure.split(".")
+        summary[scenario][figure] = value
+    return summary
+
+
+def test_every_target_has_value_bound_and_verdict() -> None:
+    met = targets(_summary())
+    assert set(met) == set(TARGETS)
+    assert {name for name, entry in met.items() if not entry["met"]} == {
+        "executor_1proc_calls_per_s", "recovery_max_s", "rss_growth",
+    }
+    assert met["redis_bytes_per_run"] == {"value": 20_480.0, "target": "<= 20480", "met": True}
+    assert met["throughput_calls_per_s"]["target"] == ">= 1500"
+
+
+def test_a_missing_figure_is_never_met_and_skipped_scenarios_have_no_target() -> None:
+    summary = _summary(round_trip_p50_vs_floor=math.nan)
+    del summary["memory"]
+    met = targets(summary)
+    assert met["round_trip_p50_vs_floor"]["met"] is False
+    assert "rss_growth" not in met and "redis_bytes_per_run" not in met
+
+
+def test_table_shows_figures_with_their_verdicts() -> None:
+    summary = {"recovery": recovery_summary([1.2, 4.0, 1.8])}
+    text = table(summary, targets(summary))
+    lines = text.splitlines()
+    assert lines[0].startswith("figure")
+    assert any("recovery after SIGKILL p50 (s)" in line and "1.800" in line and "yes" in line
+               for line in lines)
+    assert any("max" in line and "4.000" in line for line in lines)
+    assert "latency" not in text and "throughput" not in text
