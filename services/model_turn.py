@@ -187,13 +187,6 @@ class ModelTurn:
         await self.ledger.apply(tx)
 
     async def _start_calls(self, run: RunRecord, step: StartCalls, outcome: TurnOutcome) -> None:
-        reused = await self.ledger.reused_provider_call_ids(
-            run.run_id, [c.provider_call_id for c in step.calls]
-        )
-        if reused:
-            reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-            await self._finish(run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome)
-            return
         keys = self.rt.keys
         tx = self._turn_tx(run, outcome)
         created = now_ms()
@@ -223,7 +216,20 @@ class ModelTurn:
             keys.run_stream("validate", run.run_id),
             ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
         )
-        await self.ledger.apply(tx)
+        result = await self.ledger.apply(tx)
+        if not result.ok and result.failed and result.failed.key == keys.provider_calls(run.run_id):
+            await self._refuse_reused_ids(run, step, outcome)
+
+    async def _refuse_reused_ids(
+        self, run: RunRecord, step: StartCalls, outcome: TurnOutcome
+    ) -> None:
+        """The response reuses a provider call id of an earlier call: it is replayed or
+        confused, and results pair by those ids, so no call is created and the run pauses."""
+        reused = await self.ledger.reused_provider_call_ids(
+            run.run_id, [c.provider_call_id for c in step.calls]
+        )
+        reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
+        await self._finish(run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome)
 
     async def _ask_to_fix(
         self, run: RunRecord, step: AskToFix, outcome: TurnOutcome, adapter: ProviderAdapter

@@ -145,13 +145,17 @@ class Steps:
     def create_call(
         self, tx: Tx, call: CallRecord, *, sensitive: Collection[str] = frozenset()
     ) -> Tx:
-        """Append the create-once of a call record (state as given, normally ``requested``)."""
+        """Append the create-once of a call record (state as given, normally ``requested``);
+        it fails, like a lost race, if the run already has a call with its provider call id."""
         stamp = now_ms()
         if not call.created_ms:
             call = call.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
         key = self.keys.call(call.run_id, call.call_id)
         tx.expect_missing(key).hset(key, call.to_hash())
-        tx.hset(self.keys.provider_calls(call.run_id), {call.provider_call_id: call.call_id})
+        # Results pair by provider call id: one already used in this run is never reused.
+        provider_calls = self.keys.provider_calls(call.run_id)
+        tx.expect_field_missing(provider_calls, call.provider_call_id)
+        tx.hset(provider_calls, {call.provider_call_id: call.call_id})
         return self.event(
             tx,
             call.run_id,

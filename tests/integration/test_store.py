@@ -239,6 +239,15 @@ async def test_calls_history_and_reads(ledger: Ledger, keys: Keys) -> None:
     assert not missing.ok and missing.actual is None
 
 
+async def test_a_provider_call_id_is_used_once_per_run(ledger: Ledger, keys: Keys) -> None:
+    assert (await ledger.apply(ledger.create_call(Tx(), _call("t1.0")))).ok
+    replayed = _call("t2.0").model_copy(update={"turn": 2, "provider_call_id": "p-t1.0"})
+    result = await ledger.apply(ledger.create_call(Tx(), replayed))
+    assert not result.ok and result.failed is not None
+    assert (result.failed.key, result.actual) == (keys.provider_calls("run-1"), "t1.0")
+    assert await ledger.get_call("run-1", "t2.0") is None
+
+
 async def test_events_are_redacted_but_the_ledger_keeps_the_values(
     ledger: Ledger, keys: Keys
 ) -> None:
