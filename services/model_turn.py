@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import assert_never
 
 import orjson
@@ -43,13 +44,15 @@ from shared.providers.base import (
 from shared.records import CallRecord, RunRecord
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import RUN_TERMINAL, RunState
-from shared.store import Ledger
+from shared.store import Ledger, require_calls
 from shared.streams import Delivery, Handler
 from shared.tools import load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.model_turn")
 
+TURNS_REMEMBERED = 10_000
+"""Turns whose call ids a model_turn process keeps (a few hundred bytes each)."""
 WAITING_FOR_RESULTS = (
     RunState.VALIDATING,
     RunState.EXECUTING,
@@ -67,6 +70,9 @@ class ModelTurn:
         self.rt = runtime
         self.ledger: Ledger = runtime.ledger
         self._adapters: dict[str, ProviderAdapter] = {}
+        self._turn_calls: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
+        """(run, turn) → its call ids, for the turns created here: a turn's call list is
+        written once, so this can never go stale, and each result saves a round trip."""
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
@@ -217,8 +223,15 @@ class ModelTurn:
             ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
         )
         result = await self.ledger.apply(tx)
-        if not result.ok and result.failed and result.failed.key == keys.provider_calls(run.run_id):
+        if result.ok:
+            self._remember(run.run_id, run.turn, call_ids)
+        elif result.failed and result.failed.key == keys.provider_calls(run.run_id):
             await self._refuse_reused_ids(run, step, outcome)
+
+    def _remember(self, run_id: str, turn: int, call_ids: list[str]) -> None:
+        self._turn_calls[(run_id, turn)] = call_ids
+        if len(self._turn_calls) > TURNS_REMEMBERED:
+            self._turn_calls.popitem(last=False)
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome
@@ -285,12 +298,30 @@ class ModelTurn:
 
     # -- results ----------------------------------------------------------------------------
 
+    async def _turn(
+        self, run_id: str, turn: int
+    ) -> tuple[RunRecord, tuple[CallRecord, ...]] | None:
+        """The run and the calls of its turn ``turn``; None if the run is past waiting for them.
+
+        One round trip when this process created the turn (it remembers the call ids), else
+        two: the turn's call list, then the calls."""
+        known = self._turn_calls.get((run_id, turn))
+        if known is not None:
+            run, maybe = await self.ledger.run_and_calls(run_id, known)
+        else:
+            run, listed = await self.ledger.run_and_turn_calls(run_id, turn)
+        run = _exists(run_id, run)
+        if run.turn != turn or run.status not in WAITING_FOR_RESULTS:
+            return None
+        if known is not None:
+            return run, tuple(require_calls(run_id, known, maybe))
+        return run, tuple(await self.ledger.get_calls(run_id, listed))
+
     async def on_call_result(self, message: CallResult) -> None:
-        found, call_ids = await self.ledger.run_and_turn_calls(message.run_id, message.turn)
-        run = _exists(message.run_id, found)
-        if run.turn != message.turn or run.status not in WAITING_FOR_RESULTS:
+        found = await self._turn(message.run_id, message.turn)
+        if found is None:
             return
-        calls = tuple(await self.ledger.get_calls(run.run_id, call_ids))
+        run, calls = found
         step = after_results(calls)
         match step:
             case Wait():
