@@ -43,10 +43,13 @@ class Options:
     retention_s: int
     redis_url: str | None
     private_redis: bool
+    latency_scenario: str
 
 
 SMOKE = {"runs": 4, "rss_runs": 8, "exec_calls": 60, "recovery_reps": 1, "retention_s": 2}
 """`--smoke`: every scenario and figure, tiny sizes (CI; says nothing about speed)."""
+LATENCY, SMOKE_LATENCY = "bench-latency", "bench-three-turns"
+"""The latency scenario: 50 round trips, or 2 in a smoke run."""
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -58,6 +61,7 @@ def options(args: argparse.Namespace) -> Options:
         api=args.api,
         redis_url=args.redis_url,
         private_redis=args.private_redis,
+        latency_scenario=SMOKE_LATENCY if args.smoke else LATENCY,
         **sizes,
     )
 
@@ -76,7 +80,9 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             env = {**base_env(), "REDIS_URL": redis_url, "CALLGATE_KEY_PREFIX": prefix}
             floor = await FloorRelay(supervisor, env, redis, Keys(prefix)).start()
         if floor is not None and "latency" in chosen:
-            raw = await latency.measure(redis_url, opts.api, floor, progress)
+            raw = await latency.measure(
+                redis_url, opts.api, opts.latency_scenario, floor, progress
+            )
             summary["latency"] = report.latency_summary(raw)
         if chosen & {"throughput", "memory"}:
             summary.update(await _throughput_memory(opts, redis_url, floor, chosen))

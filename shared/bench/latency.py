@@ -21,10 +21,10 @@ from shared.bench.harness import Deployment, run_spec
 from shared.bench.provider import MODEL_LOG
 from shared.stack import Progress
 
-SCENARIO = "bench-latency"
+SCENARIOS = {"bench-latency": 50, "bench-three-turns": 2}
+"""Scenario → its tool turns, i.e. round trips (services/scenarios/*.json); the second is
+the smoke run's."""
 WARM_UP = "bench-three-turns"
-ROUND_TRIPS = 50
-"""The scenario's tool turns (services/scenarios/bench-latency.json)."""
 TIMEOUT_S = 120.0
 
 
@@ -33,14 +33,14 @@ async def _run_once(deployment: Deployment, api: str) -> None:
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
 
 
-async def in_process_ms(deployment: Deployment, api: str) -> list[float]:
+async def in_process_ms(deployment: Deployment, api: str, scenario: str) -> list[float]:
     """Round trips with the in-process provider, read from its `ModelClock` log."""
     await _run_once(deployment, api)
     assert deployment.redis is not None
     log = deployment.keys.bench(MODEL_LOG)
     last = await deployment.redis.xrevrange(log, count=1)
     after = last[0][0].decode() if last else "0-0"
-    await deployment.run_batch(run_spec(api, SCENARIO), 1, TIMEOUT_S)
+    await deployment.run_batch(run_spec(api, scenario), 1, TIMEOUT_S)
     entries = await deployment.redis.xrange(log, min=f"({after}")
     return [
         (int(fields[b"arrived_ns"]) - int(fields[b"answered_ns"])) / 1e6
@@ -48,15 +48,15 @@ async def in_process_ms(deployment: Deployment, api: str) -> list[float]:
     ]
 
 
-async def sdk_ms(deployment: Deployment, api: str) -> list[float]:
+async def sdk_ms(deployment: Deployment, api: str, scenario: str) -> list[float]:
     """Round trips through the official SDK, from the scripted model server's request log."""
     await _run_once(deployment, api)
-    await deployment.run_batch(run_spec(api, SCENARIO), 1, TIMEOUT_S)
+    await deployment.run_batch(run_spec(api, scenario), 1, TIMEOUT_S)
     url = deployment.system.urls["model"]
     async with aiohttp.ClientSession() as http, http.get(f"{url}/_log") as reply:
         log: list[dict[str, Any]] = await reply.json()
     requests = sorted(
-        (e for e in log if e.get("scenario") == SCENARIO), key=lambda e: e["received_ns"]
+        (e for e in log if e.get("scenario") == scenario), key=lambda e: e["received_ns"]
     )
     return [
         (later["received_ns"] - earlier["answered_ns"]) / 1e6
@@ -65,16 +65,17 @@ async def sdk_ms(deployment: Deployment, api: str) -> list[float]:
 
 
 async def measure(
-    redis_url: str, api: str, floor: FloorRelay, progress: Progress
+    redis_url: str, api: str, scenario: str, floor: FloorRelay, progress: Progress
 ) -> dict[str, Any]:
-    """Floor, in-process, floor, SDK: the floors bracket the pipeline runs in time."""
-    floor_ms = await floor.latency_ms(ROUND_TRIPS)
-    progress("latency: in-process provider")
+    """Floor, in-process, floor, SDK, floor: the floors bracket the pipeline runs in time."""
+    rounds = SCENARIOS[scenario]
+    floor_ms = await floor.latency_ms(rounds)
+    progress(f"latency: in-process provider, {rounds} round trips")
     async with Deployment(redis_url, model="in_process_timed", progress=progress) as d:
-        in_process = await in_process_ms(d, api)
-    floor_ms += await floor.latency_ms(ROUND_TRIPS)
-    progress("latency: official SDK to the scripted model server")
+        in_process = await in_process_ms(d, api, scenario)
+    floor_ms += await floor.latency_ms(rounds)
+    progress(f"latency: official SDK to the scripted model server, {rounds} round trips")
     async with Deployment(redis_url, model="sdk", progress=progress) as d:
-        sdk = await sdk_ms(d, api)
-    floor_ms += await floor.latency_ms(ROUND_TRIPS)
+        sdk = await sdk_ms(d, api, scenario)
+    floor_ms += await floor.latency_ms(rounds)
     return {"floor_ms": floor_ms, "in_process_ms": in_process, "sdk_ms": sdk}
