@@ -13,11 +13,11 @@ from services.scripted_model import ScriptedModelServer
 from shared.bench.provider import in_process
 from shared.bench.tools import TOOLS
 from shared.providers import get_adapter
-from shared.providers.base import ProviderAdapter, ToolResultInput, ToolSpec, TurnInput
+from shared.providers.base import ProviderAdapter, ToolResultInput, TurnInput
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 IDS = {"id", "call_id", "tool_call_id", "tool_use_id"}
-SPECS = [ToolSpec(t.name, t.description, t.json_schema()) for t in TOOLS]
+SPECS = [t.spec() for t in TOOLS]
 
 
 @pytest.fixture
