@@ -49,7 +49,7 @@ class Runtime:
 
 
 def consumer_name(service: str, pid: int | None = None) -> str:
-    """The consumer name of ``service``'s process ``pid`` (default: this process)."""
+    """The consumer a worker process reads as (``pid``: another process's, e.g. a killed one)."""
     return f"{service}-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
 
 
