@@ -52,7 +52,8 @@ from shared.tx import Tx
 log = logging.getLogger("callgate.model_turn")
 
 TURNS_REMEMBERED = 10_000
-"""Turns whose call ids a model_turn process keeps (a few hundred bytes each)."""
+"""Turns in flight whose call ids a model_turn process keeps (a few hundred bytes each); a
+turn is forgotten once its results went back, the oldest first beyond this many."""
 WAITING_FOR_RESULTS = (
     RunState.VALIDATING,
     RunState.EXECUTING,
@@ -343,6 +344,7 @@ class ModelTurn:
                 tx = Tx()
                 self._advance(tx, run, adapter.result_items(results), reason="next")
                 result = await self.ledger.apply(tx)
+                self._turn_calls.pop((run.run_id, run.turn), None)  # the turn is over
                 if result.ok:
                     crash_point("model_turn.after_outbox")
             case _:

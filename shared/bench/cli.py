@@ -14,7 +14,7 @@ import asyncio
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 import redis.asyncio as aioredis
@@ -29,7 +29,7 @@ from shared.stack import base_env, progress_to_stderr
 from shared.supervisor import Supervisor, quiet_sink
 
 SCENARIOS = ("latency", "throughput", "executors", "recovery", "memory")
-APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
+APIS: tuple[str, ...] = get_args(Api)
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,9 @@ async def run(args: argparse.Namespace) -> int:
     else:
         print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}")
         print(report.table(summary, met))
+        steps = report.steps_table(summary)
+        if steps:
+            print(f"\n{steps}")
     return 1 if args.check and not all(t["met"] for t in met.values()) else 0
 
 

@@ -32,7 +32,7 @@ IN_PROCESS = "shared.bench.provider:in_process"
 IN_PROCESS_TIMED = "shared.bench.provider:in_process_timed"
 PROVIDER_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 SUBMIT_CONCURRENCY = 32
-POLL_S = 0.05
+POLL_S = 0.1
 SERVING = '"msg":"serving"'
 """The log line a stream worker prints once it is about to read (shared.service)."""
 STREAMS_OF = {"executor": ("exec",), "validator": ("validate",), "model_turn": ("turns",)}

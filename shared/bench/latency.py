@@ -33,19 +33,24 @@ async def _run_once(deployment: Deployment, api: str) -> None:
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
 
 
-async def in_process_ms(deployment: Deployment, api: str, scenario: str) -> list[float]:
-    """Round trips with the in-process provider, read from its `ModelClock` log."""
+async def in_process_ms(
+    deployment: Deployment, api: str, scenario: str
+) -> tuple[list[float], list[tuple[str, str, str]]]:
+    """Round trips with the in-process provider, read from its `ModelClock` log, and the
+    run's events as (stream id, type, to-state) for `report.step_breakdown`."""
     await _run_once(deployment, api)
-    assert deployment.redis is not None
+    assert deployment.redis is not None and deployment.client is not None
     log = deployment.keys.bench(MODEL_LOG)
     last = await deployment.redis.xrevrange(log, count=1)
     after = last[0][0].decode() if last else "0-0"
-    await deployment.run_batch(run_spec(api, scenario), 1, TIMEOUT_S)
+    [run], _ = await deployment.run_batch(run_spec(api, scenario), 1, TIMEOUT_S)
     entries = await deployment.redis.xrange(log, min=f"({after}")
-    return [
+    events = await deployment.client.events(run.run_id)
+    round_trips = [
         (int(fields[b"arrived_ns"]) - int(fields[b"answered_ns"])) / 1e6
         for _, fields in entries
     ]
+    return round_trips, [(e.id, e.type, str(e.data.get("to", ""))) for e in events]
 
 
 async def sdk_ms(deployment: Deployment, api: str, scenario: str) -> list[float]:
@@ -72,10 +77,10 @@ async def measure(
     floor_ms = await floor.latency_ms(rounds)
     progress(f"latency: in-process provider, {rounds} round trips")
     async with Deployment(redis_url, model="in_process_timed", progress=progress) as d:
-        in_process = await in_process_ms(d, api, scenario)
+        in_process, events = await in_process_ms(d, api, scenario)
     floor_ms += await floor.latency_ms(rounds)
     progress(f"latency: official SDK to the scripted model server, {rounds} round trips")
     async with Deployment(redis_url, model="sdk", progress=progress) as d:
         sdk = await sdk_ms(d, api, scenario)
     floor_ms += await floor.latency_ms(rounds)
-    return {"floor_ms": floor_ms, "in_process_ms": in_process, "sdk_ms": sdk}
+    return {"floor_ms": floor_ms, "in_process_ms": in_process, "sdk_ms": sdk, "events": events}

@@ -6,6 +6,7 @@ given as ratios to the floor measured in the same run, which survive a noisy mac
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -51,7 +52,7 @@ def _ratio(value: float, floor: float) -> float:
     return value / floor if floor else math.nan
 
 
-def latency_summary(raw: dict[str, list[float]]) -> dict[str, Any]:
+def latency_summary(raw: dict[str, Any]) -> dict[str, Any]:
     floor = raw["floor_ms"]
     out: dict[str, Any] = {"round_trips": len(raw["in_process_ms"])}
     for name in ("floor", "in_process", "sdk"):
@@ -60,9 +61,37 @@ def latency_summary(raw: dict[str, list[float]]) -> dict[str, Any]:
         out[f"{name}_p99_ms"] = percentile(samples, 99)
     for name in ("in_process", "sdk"):
         out[f"{name}_p50_vs_floor"] = _ratio(out[f"{name}_p50_ms"], out["floor_p50_ms"])
-    out["samples_ms"] = {k.removesuffix("_ms"): v for k, v in raw.items()}
+    out["steps_ms"] = step_breakdown(raw["events"])
+    out["samples_ms"] = {k.removesuffix("_ms"): v for k, v in raw.items() if k.endswith("_ms")}
     out["floor_round_trips"] = len(floor)
     return out
+
+
+STEPS: tuple[tuple[str, str, str], ...] = (
+    # (what the step does, event type that commits it, the state it moves to)
+    ("model_turn: turn message read, model asked, calls recorded", "model.response", ""),
+    ("validator: calls decided", "call.transition", "allowed"),
+    ("executor: call taken", "call.transition", "executing"),
+    ("executor: tool run, outcome recorded", "call.transition", "succeeded"),
+    ("model_turn: result read, next turn requested", "run.transition", "awaiting_model"),
+)
+"""The five atomic steps of a one-call round trip, in order."""
+
+
+def step_breakdown(events: Sequence[tuple[str, str, str]]) -> dict[str, float]:
+    """Mean ms from each step's commit to the next one's, over a run of one-call turns.
+
+    ``events`` are (stream id, type, to-state) of the run's event log; a stream id starts
+    with the Redis clock in ms at the commit, so each mean is good to well under a ms over
+    50 turns.  Where a round trip's time goes, step by step (the last one holds the model).
+    """
+    marks = [(int(i.split("-")[0]), n) for i, kind, to in events
+             for n, (_, k, state) in enumerate(STEPS) if kind == k and to == state]
+    gaps: dict[int, list[int]] = {n: [] for n in range(len(STEPS))}
+    for (before, step), (after, nxt) in itertools.pairwise(marks):
+        if nxt == (step + 1) % len(STEPS):
+            gaps[nxt].append(after - before)
+    return {STEPS[n][0]: statistics.fmean(v) for n, v in gaps.items() if v}
 
 
 def throughput_summary(raw: dict[str, Any]) -> dict[str, Any]:
@@ -151,3 +180,11 @@ def table(summary: dict[str, dict[str, Any]], met: dict[str, dict[str, Any]]) ->
             verdict = f"{entry['target']:<12} {'yes' if entry['met'] else 'NO'}"
         lines.append(f"{label:<46} {value:>12}  {verdict}".rstrip())
     return "\n".join(lines)
+
+
+def steps_table(summary: dict[str, dict[str, Any]]) -> str:
+    """Where an in-process round trip's time goes, step by step (empty without latency)."""
+    steps = summary.get("latency", {}).get("steps_ms") or {}
+    lines = [f"{'round trip, step by step (in-process model)':<58} {'mean ms':>8}"]
+    lines += [f"  {label:<56} {ms:>8.2f}" for label, ms in steps.items()]
+    return "\n".join(lines) if steps else ""

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from shared.bench.report import TARGETS, percentile, recovery_summary, table, targets
+from shared.bench.report import (
+    TARGETS,
+    percentile,
+    recovery_summary,
+    step_breakdown,
+    table,
+    targets,
+)
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -57,3 +64,19 @@ def test_table_shows_figures_with_their_verdicts() -> None:
                for line in lines)
     assert any("max" in line and "4.000" in line for line in lines)
     assert "latency" not in text and "throughput" not in text
+
+
+def test_step_breakdown_averages_the_gaps_between_commits() -> None:
+    def turn(start: int) -> list[tuple[str, str, str]]:
+        return [
+            (f"{start}-0", "model.response", ""), (f"{start}-1", "call.created", ""),
+            (f"{start + 1}-0", "call.transition", "allowed"),
+            (f"{start + 3}-0", "call.transition", "executing"),
+            (f"{start + 4}-0", "call.transition", "succeeded"),
+            (f"{start + 6}-0", "run.transition", "awaiting_model"),
+        ]
+
+    events = turn(1000) + turn(1010) + turn(1022)
+    steps = step_breakdown(events)
+    assert list(steps.values()) == [(4 + 6) / 2, 1, 2, 1, 2]
+    assert next(iter(steps)).startswith("model_turn: turn message read")
