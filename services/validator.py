@@ -152,7 +152,7 @@ class Validator:
         if d.tool is not None:
             sensitive = d.tool.sensitive_fields
             fields.update(tool_version=d.tool.version, effect=d.tool.effect.value)
-            resource = d.tool.resource_of(d.tool.validate(d.arguments or {}))
+            resource = _resource(d)
             if resource is not None:
                 fields["resource_key"] = resource
             if d.tool.is_write:
@@ -206,16 +206,20 @@ class Validator:
         )
 
 
+def _resource(d: Decision) -> str | None:
+    """The resource a write orders on; a read has none, so its arguments are not parsed again."""
+    if d.tool is None or not d.tool.is_write:
+        return None
+    return d.tool.resource_of(d.tool.validate(d.arguments or {}))
+
+
 def _decided(call: CallRecord, d: Decision) -> Decided:
-    resource = None
-    if d.tool is not None and d.arguments is not None:
-        resource = d.tool.resource_of(d.tool.validate(d.arguments))
     return Decided(
         call.call_id,
         call.index,
         _TARGET[d.outcome],
         is_write=d.tool is not None and d.tool.is_write,
-        resource_key=resource,
+        resource_key=_resource(d),
     )
 
 
