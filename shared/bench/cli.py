@@ -139,9 +139,9 @@ async def run(args: argparse.Namespace) -> int:
     else:
         print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}")
         print(report.table(summary, met))
-        steps = report.steps_table(summary)
-        if steps:
-            print(f"\n{steps}")
+        details = report.breakdowns(summary)
+        if details:
+            print(f"\n{details}")
     return 1 if args.check and not all(t["met"] for t in met.values()) else 0
 
 

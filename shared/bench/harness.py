@@ -198,6 +198,27 @@ class Deployment:
         }
 
 
+async def cpu_seconds(deployment: Deployment) -> dict[str, float]:
+    """CPU time so far of every worker, of Redis (its INFO) and of this benchmark process."""
+    assert deployment.redis is not None
+    info = await deployment.redis.info("cpu")
+    pids = deployment.system.supervisor.pids()
+    seconds = {name: process_cpu_s(pid) for name, pid in pids.items()}
+    seconds["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    seconds["bench"] = time.process_time()
+    return seconds
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (Linux /proc), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _settled(status: bytes | None) -> bool:
     return status is not None and settled(status.decode())
 

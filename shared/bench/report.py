@@ -146,6 +146,7 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("throughput", "calls_per_s", "throughput (tool calls/s)"),
     ("throughput", "floor_calls_per_s", "batched floor (calls/s)"),
     ("throughput", "vs_floor", "  throughput / floor"),
+    ("throughput", "cpu_ms_per_call", "  CPU per tool call, all processes (ms)"),
     ("executors", "one_calls_per_s", "1 executor, 50 ms tools (calls/s)"),
     ("executors", "one_in_flight_mean", "  calls in flight (mean)"),
     ("executors", "two_calls_per_s", "2 executors, 50 ms tools (calls/s)"),
@@ -182,9 +183,14 @@ def table(summary: dict[str, dict[str, Any]], met: dict[str, dict[str, Any]]) ->
     return "\n".join(lines)
 
 
-def steps_table(summary: dict[str, dict[str, Any]]) -> str:
-    """Where an in-process round trip's time goes, step by step (empty without latency)."""
-    steps = summary.get("latency", {}).get("steps_ms") or {}
-    lines = [f"{'round trip, step by step (in-process model)':<58} {'mean ms':>8}"]
-    lines += [f"  {label:<56} {ms:>8.2f}" for label, ms in steps.items()]
-    return "\n".join(lines) if steps else ""
+def breakdowns(summary: dict[str, dict[str, Any]]) -> str:
+    """Where the time goes: a round trip step by step, a tool call's CPU by process."""
+    parts = []
+    for scenario, figure, title in (
+        ("latency", "steps_ms", "round trip, step by step (in-process model), mean ms"),
+        ("throughput", "cpu_ms_per_call_by_process", "CPU per tool call by process, ms"),
+    ):
+        rows = summary.get(scenario, {}).get(figure) or {}
+        if rows:
+            parts.append("\n".join([title, *(f"  {k:<58} {v:>7.3f}" for k, v in rows.items())]))
+    return "\n\n".join(parts)
