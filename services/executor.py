@@ -134,7 +134,9 @@ class Executor:
             )
             return Outcome(CallState.FAILED, error_result(code, message))
         finally:
-            log.info(
+            # Debug: one line per call was a sixth of a busy executor's CPU (a write per line),
+            # and the run's event log already has every call's start and outcome, timed.
+            log.debug(
                 "executed",
                 extra=log_fields(
                     run_id=call.run_id,
