@@ -26,13 +26,15 @@ class Settings(BaseSettings):
     partitions: int = Field(default=1, ge=1, le=1024, description="N in hash(run_id) mod N.")
 
     # Consumer-group behaviour (shared/streams.py).
+    # Four heartbeats per claim window: a live consumer survives ~0.9 s of stalled event loop,
+    # and a dead one's messages are taken over ~1.2-1.5 s after it died.
     claim_idle_ms: int = Field(
-        default=1500,
+        default=1200,
         ge=10,
         description="A pending message idle this long belongs to a dead consumer.",
     )
     heartbeat_ms: int = Field(
-        default=500, ge=5, description="How often a live consumer refreshes its in-flight messages."
+        default=300, ge=5, description="How often a live consumer refreshes its in-flight messages."
     )
     max_deliveries: int = Field(
         default=5,
