@@ -40,8 +40,8 @@ Call = tuple[str, str]
 
 async def load_calls(deployment: Deployment, count: int, tool: str = "bench_sleep") -> list[Call]:
     """Write ``count`` allowed calls (and their runs) into the ledger; no message yet."""
-    ledger = deployment.client.ledger if deployment.client else None
-    assert ledger is not None
+    assert deployment.client is not None
+    ledger = deployment.client.ledger
     calls: list[Call] = []
     txs: list[Tx] = []
     for start in range(0, count, CALLS_PER_RUN):
