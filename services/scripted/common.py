@@ -12,6 +12,7 @@ import re
 import secrets
 import string
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,8 +21,9 @@ import orjson
 Stop = Literal["end", "tool_calls", "max_tokens", "content_filter", "refusal"]
 """Why the turn ended: each wire maps it to its own finish/stop reason or status."""
 
-IdMode = Literal["normal", "duplicate", "missing"]
-"""How tool-call ids are rendered: fresh per call, one id shared by all calls, or empty/absent."""
+IdMode = Literal["normal", "duplicate", "missing", "reuse"]
+"""How tool-call ids are rendered: fresh per call, one id shared by all calls, empty/absent, or
+the id of a call from an earlier turn (`Turn.reused_id`)."""
 
 _ALNUM = string.ascii_letters + string.digits
 _WORD = re.compile(r"\s*\S+|\s+")
@@ -50,6 +52,8 @@ class Turn:
     interleave: bool = False
     """Interleave the argument fragments of parallel calls instead of one call after another."""
     id_mode: IdMode = "normal"
+    reused_id: str | None = None
+    """``id_mode == "reuse"``: the earlier call id every call of this turn carries again."""
     model: str | None = None
     """Model name to report; None echoes the request's `model`."""
 
@@ -98,6 +102,19 @@ def openai_request_id() -> str:
 
 def anthropic_request_id() -> str:
     return f"req_011C{rand_alnum(20)}"
+
+
+def call_ids(turn: Turn, fresh: Callable[[], str], missing: str | None = "") -> list[str | None]:
+    """The tool-call ids of one response, per the turn's `id_mode`; ``fresh`` mints one id in
+    the wire's own format, ``missing`` is what an absent id looks like on that wire."""
+    if turn.id_mode == "missing":
+        return [missing for _ in turn.calls]
+    if turn.id_mode == "reuse" and turn.reused_id:
+        return [turn.reused_id for _ in turn.calls]
+    if turn.id_mode == "duplicate":
+        shared = fresh()
+        return [shared for _ in turn.calls]
+    return [fresh() for _ in turn.calls]
 
 
 def text_fragments(text: str) -> list[str]:

@@ -28,8 +28,10 @@ call to NAME in the history, `{result:NAME#2}` by the second one, `{user}` by th
 text.
 
 `fault` (one object or a list) changes what this step serves on chosen attempts of it.
-`times: K` means attempts 1..K, `attempts: [2, 3]` names them, neither means every attempt. The
-attempt counter is per process and per (scenario, step); `POST /_reset` clears it. Types:
+`times: K` means attempts 1..K, `attempts: [2, 3]` names them, `probability: P` (with `seed: S`)
+hits each attempt independently with chance P, reproducibly (a chaos run's model drops); none of
+them means every attempt. The attempt counter is per process and per (scenario, step);
+`POST /_reset` clears it. Types:
 
 * transport/HTTP: `drop` (close the connection after `after_events` SSE events; non-streaming:
   before any byte), `delay` (`first_byte_s` before the first byte, `event_gap_s` between
@@ -40,12 +42,14 @@ attempt counter is per process and per (scenario, step); `POST /_reset` clears i
 * content: `truncate` (max-token stop mid-arguments of the last call, or mid-text),
   `refusal` (`text`), `content_filter` (Anthropic has none: rendered as stop_reason refusal
   after the partial text), `invalid_json_arguments`, `duplicate_call_ids`, `missing_call_id`,
-  `interleave_arguments` (fragments of parallel calls alternate), `char_fragments` (arguments
-  streamed one character per delta).
+  `reuse_call_id` (every call carries the id of the latest tool result already in the history,
+  i.e. a call id reused across turns), `interleave_arguments` (fragments of parallel calls
+  alternate), `char_fragments` (arguments streamed one character per delta).
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +74,7 @@ FaultType = Literal[
     "invalid_json_arguments",
     "duplicate_call_ids",
     "missing_call_id",
+    "reuse_call_id",
     "interleave_arguments",
     "char_fragments",
 ]
@@ -85,6 +90,8 @@ class Fault(_Strict):
     type: FaultType
     times: int | None = None
     attempts: list[int] | None = None
+    probability: float | None = Field(default=None, ge=0, le=1)
+    seed: int = 0
     after_events: int = 2
     retry_after_s: float = 1.0
     first_byte_s: float = 0.0
@@ -93,6 +100,10 @@ class Fault(_Strict):
     code: str | None = None
 
     def applies(self, attempt: int) -> bool:
+        if self.probability is not None:
+            # Seeded by (seed, attempt), not by a shared generator: the same attempt number
+            # gets the same answer however requests interleave.
+            return random.Random(f"{self.seed}:{attempt}").random() < self.probability
         if self.attempts is not None:
             return attempt in self.attempts
         return self.times is None or attempt <= self.times
@@ -196,6 +207,17 @@ def _subst_value(value: Any, conv: Conversation) -> Any:
     return value
 
 
+def _id_mode(kinds: set[str], conv: Conversation) -> tuple[IdMode, str | None]:
+    """How this turn's call ids are rendered, and the earlier id a ``reuse`` repeats."""
+    if "missing_call_id" in kinds:
+        return "missing", None
+    if "duplicate_call_ids" in kinds:
+        return "duplicate", None
+    if "reuse_call_id" in kinds and conv.results:
+        return "reuse", conv.results[-1].call_id
+    return "normal", None
+
+
 def build_turn(step: Step, conv: Conversation, faults: Sequence[Fault], model: str | None) -> Turn:
     """Fold a step's active content faults into the protocol-neutral `Turn` to render."""
     kinds = {f.type for f in faults}
@@ -223,11 +245,7 @@ def build_turn(step: Step, conv: Conversation, faults: Sequence[Fault], model: s
             calls[-1] = CallSpec(last.name, last.arguments[:cut], complete=False)
         else:
             text = text[: max(1, len(text) // 2)]
-    id_mode: IdMode = "normal"
-    if "duplicate_call_ids" in kinds:
-        id_mode = "duplicate"
-    if "missing_call_id" in kinds:
-        id_mode = "missing"
+    id_mode, reused_id = _id_mode(kinds, conv)
     return Turn(
         text=text,
         refusal=refusal,
@@ -236,5 +254,6 @@ def build_turn(step: Step, conv: Conversation, faults: Sequence[Fault], model: s
         char_fragments="char_fragments" in kinds,
         interleave="interleave_arguments" in kinds,
         id_mode=id_mode,
+        reused_id=reused_id,
         model=model,
     )

@@ -25,6 +25,7 @@ from services.scripted.common import (
     Turn,
     anthropic_request_id,
     arg_fragments,
+    call_ids,
     input_tokens,
     interleave,
     output_tokens,
@@ -90,12 +91,7 @@ def overloaded() -> ApiError:
 
 
 def _ids(turn: Turn) -> list[str]:
-    shared = f"toolu_01{rand_alnum(22)}"
-    if turn.id_mode == "missing":
-        return ["" for _ in turn.calls]
-    return [
-        shared if turn.id_mode == "duplicate" else f"toolu_01{rand_alnum(22)}" for _ in turn.calls
-    ]
+    return [i or "" for i in call_ids(turn, lambda: f"toolu_01{rand_alnum(22)}")]
 
 
 def _input(arguments: str) -> Any:

@@ -18,6 +18,7 @@ from services.scripted.common import (
     ApiError,
     Turn,
     arg_fragments,
+    call_ids,
     input_tokens,
     interleave,
     now_s,
@@ -56,12 +57,7 @@ def not_found(model: str) -> ApiError:
 
 
 def _call_ids(turn: Turn) -> list[str | None]:
-    shared = f"call_{rand_alnum(24)}"
-    if turn.id_mode == "missing":
-        return [None for _ in turn.calls]
-    if turn.id_mode == "duplicate":
-        return [shared for _ in turn.calls]
-    return [f"call_{rand_alnum(24)}" for _ in turn.calls]
+    return call_ids(turn, lambda: f"call_{rand_alnum(24)}", missing=None)
 
 
 def _usage(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from services.scripted import openai_errors
 from services.scripted.common import (
     ApiError,
     Turn,
+    call_ids,
     input_tokens,
     now_s,
     output_tokens,
@@ -79,15 +80,7 @@ class Ids:
         self.resp = f"resp_{rand_hex(50)}"
         self.msg = f"msg_{rand_hex(50)}"
         self.items = [f"fc_{rand_hex(50)}" for _ in turn.calls]
-        shared = f"call_{rand_alnum(24)}"
-        self.calls = [
-            ""
-            if turn.id_mode == "missing"
-            else shared
-            if turn.id_mode == "duplicate"
-            else f"call_{rand_alnum(24)}"
-            for _ in turn.calls
-        ]
+        self.calls = [i or "" for i in call_ids(turn, lambda: f"call_{rand_alnum(24)}")]
 
 
 def message_item(turn: Turn, ids: Ids, status: str) -> dict[str, Any]:
