@@ -13,6 +13,7 @@ import logging
 from typing import Literal
 
 from shared.approvals import ApprovalRecord, refusal
+from shared.crashpoints import crash_point
 from shared.dispatch import Decided, dispatch
 from shared.envelopes import ApprovalDecision, ApprovalExpired
 from shared.records import CallRecord, error_result
@@ -114,6 +115,7 @@ class ApprovalFlow:
             dispatch(self.ledger, tx, record.run_id, record.turn, [decided_this], writes=False)
         else:
             self._release(tx, record, calls, decided_this)
+        crash_point("validator.mid_approval")
         result = await self.ledger.apply(tx)
         if result.ok or result.failed is None:
             return "done"

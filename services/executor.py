@@ -68,6 +68,7 @@ class Executor:
         attempt = call.attempts + 1
         if not await self._take(call, attempt):
             return
+        crash_point("executor.after_take")
         broken = await self._approval_binding_error(call, tool)
         if broken is not None:
             outcome = Outcome(CallState.FAILED, error_result("approval_mismatch", broken))

@@ -25,6 +25,7 @@ from arq.cron import cron
 from arq.worker import Worker, func
 
 from shared.config import Settings
+from shared.crashpoints import crash_point
 from shared.envelopes import ApprovalExpired, TurnRequest, encode
 from shared.errors import CallgateError
 from shared.expiry import EXPIRE_APPROVAL
@@ -95,6 +96,8 @@ async def start_run(ctx: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]
         if exc.retryable:
             raise Retry(defer=1.0) from exc
         raise
+    if result.ok:
+        crash_point("ingress.after_create")
     log.info("run started" if result.ok else "run exists already",
              extra=log_fields(run_id=run_id, api=run.api, model=run.model))
     return {"run_id": run_id, "created": result.ok}

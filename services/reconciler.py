@@ -58,6 +58,7 @@ class Reconciler:
                 return
         elif call.state != CallState.RECONCILING:
             return  # settled already
+        crash_point("reconciler.after_claim")
         tool = load_registry(run.tool_modules).get(call.tool)
         if tool is None or (tool.reconcile is None and tool.effect is not Effect.IDEMPOTENT_WRITE):
             raise NotFoundError(f"tool {call.tool!r} cannot reconcile")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.config import Settings
+from shared.crashpoints import crash_point
 from shared.envelopes import Envelope, decode
 from shared.errors import CallgateError, EnvelopeError
 from shared.keys import Keys
@@ -109,6 +110,7 @@ class MessageRunner:
         self.stats = stats
         self.settling: set[tuple[str, str]] = set()
         """(stream, id) of messages handled and being acked: no longer ours to heartbeat."""
+        self._before_ack = f"{group}.before_ack"
 
     async def process(self, msg: Message, acker: Acker) -> None:
         """Settle one delivery; returns when it is acked, dead-lettered or left pending."""
@@ -131,6 +133,7 @@ class MessageRunner:
         except Exception as exc:
             await self._failed(msg, envelope, exc)
             return
+        crash_point(self._before_ack)
         # The ack is queued before this await: cancelling the wait cannot lose it.
         key = (msg.stream, msg.message_id)
         self.settling.add(key)
