@@ -43,6 +43,10 @@ from shared.tx import Tx
 log = logging.getLogger("callgate.ingress")
 
 SWEEP_EVERY_S = 10
+JOB_TIMEOUT_S = 10
+"""Every ingress job is a few Redis round trips.  arq lets another worker take the job of a
+worker that died only after the longest job timeout + 10 s, so this bounds how long a
+SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
 SWEEP_BATCH = 200
 DEADLINE_REACHED = "deadline reached"
 
@@ -206,7 +210,7 @@ def create_worker(
             second=set(range(offset_s, 60, SWEEP_EVERY_S)),
             job_id=f"cron:{settings.key_prefix}:{sweep.__name__}",
             run_at_startup=True,
-            timeout=30,
+            timeout=JOB_TIMEOUT_S,
         )
         for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals))
     ]
@@ -225,7 +229,7 @@ def create_worker(
         on_shutdown=on_shutdown,
         handle_signals=handle_signals,
         job_completion_wait=max(1, round(settings.shutdown_grace_s)),
-        job_timeout=60,
+        job_timeout=JOB_TIMEOUT_S,
         poll_delay=0.05 if burst else 0.2,
         job_serializer=job_serializer,
         job_deserializer=job_deserializer,
