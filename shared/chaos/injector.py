@@ -1,0 +1,115 @@
+"""Faults at random moments: SIGKILL a worker process of every kind in turn, restart Redis once.
+
+The supervisor restarts whatever dies; each kill is tracked (`shared.chaos.recovery`) until
+everything the dead process held has a durable outcome.  Random but reproducible: every
+choice (which kind next, which replica, how long until the next kill) comes from one
+generator seeded by the session's seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+
+from shared.chaos.common import pause
+from shared.chaos.recovery import Kill, track
+from shared.config import Settings
+from shared.system import LocalSystem
+
+DEATH_WAIT_S = 5.0
+RECOVERY_LIMIT_S = 180.0
+"""A kill whose work is not settled by then counts as unrecovered."""
+
+
+@dataclass
+class Faults:
+    """Everything the injector did."""
+
+    kills: list[Kill] = field(default_factory=list)
+    redis_restarts: int = 0
+    redis_down_s: float = 0.0
+    trackers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def kills_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for kill in self.kills:
+            counts[kill.kind] = counts.get(kill.kind, 0) + 1
+        return counts
+
+
+class Injector:
+    def __init__(
+        self,
+        system: LocalSystem,
+        redis: aioredis.Redis,
+        seed: int,
+        *,
+        kill_every_s: float,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.system = system
+        self.redis = redis
+        self.settings: Settings = system.settings
+        self.rng = random.Random(f"chaos-faults-{seed}")
+        self.kill_every_s = kill_every_s
+        self.progress = progress
+        self.faults = Faults()
+        self._order: list[str] = []
+
+    def _next_kind(self) -> str:
+        """Kinds in a fresh shuffled order each round, so every kind is killed as often."""
+        if not self._order:
+            self._order = sorted(k for k, names in self.system.workers.items() if names)
+            self.rng.shuffle(self._order)
+        return self._order.pop()
+
+    async def kill_one(self) -> Kill | None:
+        """SIGKILL one replica of the next kind; None if it was down already (restarting)."""
+        kind = self._next_kind()
+        name = self.rng.choice(self.system.workers[kind])
+        supervisor = self.system.supervisor
+        pid = supervisor.pids().get(name)
+        if pid is None:
+            return None
+        supervisor.kill(name)
+        kill = Kill(kind, name, pid, time.monotonic())
+        deadline = time.monotonic() + DEATH_WAIT_S
+        while supervisor.pids().get(name) == pid and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.faults.kills.append(kill)
+        task = asyncio.create_task(track(self.redis, self.settings, kill, RECOVERY_LIMIT_S))
+        self.faults.trackers.append(task)
+        return kill
+
+    async def kill_until(self, stop: asyncio.Event) -> None:
+        """Kill at random intervals until ``stop`` is set and every kind was killed once."""
+        kinds = {k for k, names in self.system.workers.items() if names}
+        while True:
+            gap = self.kill_every_s * self.rng.uniform(0.5, 1.5)
+            if stop.is_set():
+                if kinds <= set(self.faults.kills_by_kind()):
+                    return
+                await asyncio.sleep(gap)
+            elif await pause(stop, gap) and kinds <= set(self.faults.kills_by_kind()):
+                return
+            await self.kill_one()
+
+    async def restart_redis(self) -> None:
+        """Stop Redis and start it again on the same port (AOF on: nothing is lost)."""
+        server = self.system.redis
+        if server is None:
+            raise RuntimeError("the chaos session needs its own Redis to restart it")
+        self.progress("restarting Redis")
+        started = time.monotonic()
+        await asyncio.to_thread(server.restart)
+        self.faults.redis_down_s = round(time.monotonic() - started, 3)
+        self.faults.redis_restarts += 1
+        self.progress(f"Redis back after {self.faults.redis_down_s:.1f}s")
+
+    async def settle_trackers(self) -> None:
+        await asyncio.gather(*self.faults.trackers, return_exceptions=True)
