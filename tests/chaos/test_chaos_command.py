@@ -1,0 +1,56 @@
+"""`callgate chaos` end to end, as a user runs it: the whole system as real processes, random
+SIGKILLs of every worker kind, a Redis restart, lost booking answers, dropped model streams —
+and every invariant at its required value.  Then the crash-point walk: every boundary of every
+worker, for every effect kind, crashed once and recovered from."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import pytest
+
+from shared.chaos.boundaries import BOUNDARIES, EFFECTS
+from shared.chaos.invariants import CHECKS
+from shared.stack import WORKERS
+
+
+def chaos(*args: str, timeout_s: float) -> tuple[int, dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "chaos", "--json", *args],
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert done.stdout, done.stderr[-3000:]
+    return done.returncode, orjson.loads(done.stdout), done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_small_chaos_run_keeps_every_invariant() -> None:
+    code, fig, log = chaos("--runs", "24", "--seed", "11", "--kill-every", "1.0", timeout_s=280)
+    assert fig["runs"]["submitted"] == 24
+    assert set(fig["kills"]) == set(WORKERS), fig["kills"]  # every kind was SIGKILLed
+    assert fig["redis_restarts"] == 1
+    assert fig["model_drops"] > 0
+    assert fig["writes"]["reserve_requests"] > 0
+    for name in CHECKS:
+        assert fig[name] == 0, (name, fig["violations"], log[-2000:])
+    assert set(fig["reservations_per_approved_call"]) <= {"0", "1"}
+    assert fig["reservations_per_approved_call"].get("1", 0) > 0
+    assert fig["recovery_s"]["unrecovered"] == 0
+    assert fig["ok"] is True and code == 0
+
+
+@pytest.mark.timeout(300)
+def test_every_crash_point_of_every_worker_is_survived_for_every_effect_kind() -> None:
+    code, fig, log = chaos("--crash-points", timeout_s=280)
+    for boundary in BOUNDARIES:
+        for effect in EFFECTS:
+            expected = "crashed" if effect in boundary.effects else "-"
+            assert fig["boundaries"][boundary.name][effect] == expected, (boundary.name, effect)
+    assert sum(fig["restarts"].values()) >= fig["crashes"] > len(BOUNDARIES)
+    assert fig["runs"]["completed"] == fig["runs"]["submitted"] == 3 * len(EFFECTS)
+    for name in CHECKS:
+        assert fig[name] == 0, (name, fig["violations"], log[-2000:])
+    assert fig["ok"] is True and code == 0

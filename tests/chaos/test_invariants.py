@@ -1,0 +1,154 @@
+"""The chaos invariants are pure checks: sound facts pass, and each kind of breakage is named.
+
+Also: the crash-point table names exactly the boundaries the code has, and the workload is
+reproducible from its seed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from shared.chaos.boundaries import BOUNDARIES, EFFECTS, boundary_names, reached_by
+from shared.chaos.facts import Facts, RunFacts, latest_conversations, terminal_transitions
+from shared.chaos.invariants import check_all, reservations_per_approved_call, told
+from shared.chaos.report import figures, render
+from shared.chaos.workload import plan_runs
+from shared.records import CallRecord, Event, RunRecord, error_result, ok_result
+from shared.states import CallState, RunState
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = plan_runs(1, 7)[0]
+RESERVATION = {"reservation_id": "res-0001", "event_id": "ws-900"}
+
+
+def call(state: CallState = CallState.SUCCEEDED, **kw: Any) -> CallRecord:
+    base: dict[str, Any] = dict(
+        run_id=PLAN.run_id, call_id="t1.0", turn=1, index=0, provider_call_id="call_a",
+        tool="reserve_seat", effect="write", operation_id="op_1", approval_id="apr_1",
+        state=state, result=ok_result(RESERVATION),
+    )  # fmt: skip
+    base.update(kw)
+    return CallRecord(**base)
+
+
+def facts(
+    calls: tuple[CallRecord, ...] | None = None,
+    *,
+    status: RunState = RunState.COMPLETED,
+    received: dict[str, tuple[str, ...]] | None = None,
+    outcomes: dict[str, int] | None = None,
+    requests: dict[str, int] | None = None,
+    created: dict[str, int] | None = None,
+) -> Facts:
+    calls = (call(),) if calls is None else calls
+    run = RunRecord(run_id=PLAN.run_id, api=PLAN.api, model=PLAN.scenario, input="x",
+                    status=status, turn=2)  # fmt: skip
+    sent = {c.provider_call_id: (orjson.dumps(told(c.result)).decode(),)
+            for c in calls if c.result}  # fmt: skip
+    run_facts = RunFacts(
+        plan=PLAN, run=run, calls=calls,
+        outcomes_recorded={c.call_id: 1 for c in calls} if outcomes is None else outcomes,
+        received=sent if received is None else received, turns_received=1,
+    )  # fmt: skip
+    return Facts(
+        runs=(run_facts,),
+        reserve_requests={"op_1": 1} if requests is None else requests,
+        reservations={"op_1": 1} if created is None else created,
+        dead_letters=0, model_requests=2, model_drops=0,
+    )  # fmt: skip
+
+
+def broken(found: dict[str, list[str]]) -> set[str]:
+    return {name for name, items in found.items() if items}
+
+
+def test_sound_facts_pass_every_invariant() -> None:
+    assert broken(check_all(facts())) == set()
+    assert reservations_per_approved_call(facts()) == {"1": 1}
+
+
+@pytest.mark.parametrize(
+    ("made", "name"),
+    [
+        (facts(status=RunState.EXECUTING), "lost_runs"),
+        (facts(status=RunState.PAUSED_APPROVAL), "lost_runs"),
+        (facts(requests={"op_1": 2}), "duplicate_writes"),
+        (facts(created={"op_1": 1, "op_x": 1}), "unrequested_effects"),
+        (facts(created={"op_1": 0}), "write_outcome_mismatches"),
+        (facts(outcomes={"t1.0": 2}), "calls_without_one_result"),
+        (facts(received={}), "calls_without_one_result"),
+        (facts(received={"call_a": ('{"reservation_id": "res-0002"}',)}), "mispaired_results"),
+        (facts(received={"call_a": (orjson.dumps(RESERVATION).decode(),), "call_b": ("{}",)}),
+         "mispaired_results"),
+    ],
+)
+def test_each_breakage_is_caught_by_its_invariant(made: Facts, name: str) -> None:
+    assert broken(check_all(made)) == {name}
+
+
+def test_an_idempotent_write_may_be_sent_twice_but_create_once() -> None:
+    hold = call(tool="hold_seat", effect="idempotent_write", approval_id=None)
+    assert broken(check_all(facts((hold,), requests={"op_1": 2}))) == set()
+    twice = check_all(facts((hold,), created={"op_1": 2}))
+    assert broken(twice) == {"duplicate_writes", "write_outcome_mismatches"}
+
+
+def test_a_denied_write_that_reached_the_service_is_a_mismatch() -> None:
+    denied = call(CallState.DENIED, result=error_result("denied_by_approver", "no"))
+    assert broken(check_all(facts((denied,), created={}, requests={}))) == set()
+    found = check_all(facts((denied,), created={}, requests={"op_1": 1}))
+    assert broken(found) == {"write_outcome_mismatches"}
+
+
+def test_figures_are_ok_only_when_every_invariant_holds() -> None:
+    assert figures(facts(), [], {})["ok"] is True
+    bad = figures(facts(requests={"op_1": 2}), [], {})
+    assert bad["ok"] is False and bad["duplicate_writes"] == 1
+    assert "VIOLATED" in render(bad)
+
+
+def test_the_model_log_is_matched_to_runs_by_the_marker_in_their_input() -> None:
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": f"{PLAN.marker} hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "42"},
+    ]}  # fmt: skip
+    older = {**body, "messages": body["messages"][:1]}
+    log = [{"path": "/v1/chat/completions", "body": b} for b in (older, body)]
+    conv = latest_conversations(log)[PLAN.run_id]
+    assert conv.assistant_turns == 1 and [r.content for r in conv.results] == ["42"]
+
+
+def test_terminal_transitions_count_events_into_a_terminal_state() -> None:
+    events = [
+        Event(id=f"{i}-0", t_ms=0, type="call.transition", data={"call_id": "t1.0", "to": to})
+        for i, to in enumerate(("executing", "succeeded"))
+    ]
+    assert terminal_transitions(events) == {"t1.0": 1}
+
+
+def test_the_boundary_table_names_every_crash_point_in_the_code() -> None:
+    literal = re.compile(r'crash_point\("([a-z_.]+)"\)')
+    in_code = {
+        name
+        for path in [*ROOT.glob("services/*.py"), *ROOT.glob("shared/*.py")]
+        for name in literal.findall(path.read_text())
+    }
+    generic = {f"{w}.before_ack" for w in ("model_turn", "validator", "executor", "reconciler")}
+    assert set(boundary_names()) == in_code | generic
+    assert all(reached_by(e) for e in EFFECTS)
+    assert {b.name for b in BOUNDARIES if b.effects == {"write"}} >= {"validator.mid_approval"}
+
+
+def test_the_workload_is_reproducible_from_its_seed() -> None:
+    assert plan_runs(30, 5) == plan_runs(30, 5)
+    assert plan_runs(30, 5) != plan_runs(30, 6)
+    kinds = {p.kind for p in plan_runs(30, 5)}
+    assert kinds == {"travel", "workshop", "hold"}
+    assert replace(PLAN, approve=False).spec()["run_id"] == PLAN.run_id
