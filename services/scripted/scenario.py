@@ -40,6 +40,7 @@ them means every attempt. The attempt counter is per process and per (scenario, 
   `stream_error` (the API's mid-stream error event after `after_events` events; non-streaming:
   HTTP 500).
 * content: `truncate` (max-token stop mid-arguments of the last call, or mid-text),
+  `deep_arguments` (every call's arguments become one object nested 5,000 levels deep),
   `refusal` (`text`), `content_filter` (Anthropic has none: rendered as stop_reason refusal
   after the partial text), `invalid_json_arguments`, `duplicate_call_ids`, `missing_call_id`,
   `reuse_call_id` (every call carries the id of the latest tool result already in the history,
@@ -72,12 +73,14 @@ FaultType = Literal[
     "refusal",
     "content_filter",
     "invalid_json_arguments",
+    "deep_arguments",
     "duplicate_call_ids",
     "missing_call_id",
     "reuse_call_id",
     "interleave_arguments",
     "char_fragments",
 ]
+DEEP_LEVELS = 5000
 DEFAULT_REFUSAL = "I'm sorry, I can't assist with that request."
 _PLACEHOLDER = re.compile(r"\{result:([A-Za-z0-9_.\-]+)(?:#(\d+))?\}|\{user\}")
 
@@ -233,6 +236,9 @@ def build_turn(step: Step, conv: Conversation, faults: Sequence[Fault], model: s
         refusal = given or step.refusal or DEFAULT_REFUSAL
     if "invalid_json_arguments" in kinds:
         calls = [CallSpec(c.name, c.arguments[:-1] + ",}") for c in calls]
+    if "deep_arguments" in kinds:
+        deep = '{"a":' * DEEP_LEVELS + "1" + "}" * DEEP_LEVELS
+        calls = [CallSpec(c.name, deep) for c in calls]
     if refusal is not None:
         text, calls, stop = "", [], "refusal"
     elif "content_filter" in kinds:

@@ -43,6 +43,7 @@ from shared.providers.common import (
     make_error,
     map_transport_errors,
     outcome,
+    parse_arguments,
     settle,
     to_failed,
     version_header,
@@ -203,10 +204,8 @@ class MessagesStream:
                 # The block's `input` starts as {} and is rebuilt from the fragments.
                 raw = join_fragments(self.parts[index]) or json.dumps(block.get("input") or {})
                 raw_inputs[position] = raw
-                try:
-                    block["input"] = json.loads(raw)
-                except ValueError:
-                    block["input"] = None  # truncated JSON: nothing valid to show
+                # None for truncated, non-object or hostile (too deep) JSON: nothing to show.
+                block["input"] = parse_arguments(raw)
             content.append(block)
         message = {**self.message, "content": content}
         unstopped = sorted(set(self.blocks) - self.stopped)

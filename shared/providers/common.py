@@ -24,6 +24,7 @@ from shared.errors import (
     ProviderTimeoutError,
     ProviderTransportError,
 )
+from shared.json_guard import exceeds_depth
 from shared.providers.base import (
     FailureKind,
     FinalAnswer,
@@ -54,8 +55,18 @@ def join_fragments(parts: Iterable[str]) -> str:
     return text
 
 
+MAX_PARSE_DEPTH = 256
+"""Deeper argument text is refused before any parser sees it: the stdlib parser recurses and
+raises RecursionError near 1000 levels, which failed the turn on every redelivery until the
+run was dead-lettered.  Anything between the policy's own limit and this one is parsed and
+then rejected by the policy with a structured ``arguments_too_deep`` error."""
+
+
 def parse_arguments(raw: str) -> JsonDict | None:
-    """The arguments object, or None if the text is not exactly one JSON object."""
+    """The arguments object, or None if the text is not exactly one JSON object (or nests
+    deeper than `MAX_PARSE_DEPTH`)."""
+    if exceeds_depth(raw, MAX_PARSE_DEPTH):
+        return None
     try:
         value = json.loads(raw)
     except ValueError:
