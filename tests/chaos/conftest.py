@@ -99,7 +99,7 @@ def deployment(redis_server: EmbeddedRedis) -> Iterator[Deployment]:
 
 @pytest.fixture
 async def fresh(deployment: Deployment) -> Deployment:
-    """The deployment with the demo services' stats and faults cleared."""
-    for service in ("travel", "booking"):
+    """The deployment with the demo services' stats and faults and the model's log cleared."""
+    for service in ("travel", "booking", "model"):
         await deployment.http(service, "POST", "/_reset")
     return deployment
