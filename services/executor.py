@@ -75,7 +75,7 @@ class Executor:
         else:
             outcome = await self._execute(run, call, tool, attempt)
         crash_point("executor.after_request")
-        await self._record(call, attempt, outcome, message.chain)
+        await self._record(call, attempt, outcome, message.chain, tool.sensitive_fields)
         crash_point("executor.after_persist")
 
     async def _take(self, call: CallRecord, attempt: int) -> bool:
@@ -149,9 +149,16 @@ class Executor:
             )
 
     async def _record(
-        self, call: CallRecord, attempt: int, outcome: Outcome, chain: tuple[str, ...]
+        self,
+        call: CallRecord,
+        attempt: int,
+        outcome: Outcome,
+        chain: tuple[str, ...],
+        sensitive: frozenset[str],
     ) -> None:
-        """The outcome, its message and the next call of the chain, in one atomic step."""
+        """The outcome, its message and the next call of the chain, in one atomic step.
+
+        A result may echo fields the tool marks sensitive; they never reach the event."""
         keys = self.rt.keys
         tx = Tx()
         tx.expect(keys.call(call.run_id, call.call_id), "attempts", str(attempt))
@@ -159,7 +166,13 @@ class Executor:
         if outcome.result is not None:
             fields["result"] = outcome.result
         self.ledger.call_transition(
-            tx, call.run_id, call.call_id, [CallState.EXECUTING], outcome.state, fields=fields
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.EXECUTING],
+            outcome.state,
+            fields=fields,
+            sensitive=sensitive,
         )
         if outcome.state == CallState.UNKNOWN:
             self.ledger.outbox(

@@ -70,7 +70,7 @@ class Reconciler:
             answer = await self._ask(run, call, tool, attempt)
             self._note(call, attempt, answer)
             if answer.found != "unknown":
-                await self._settle(call, answer, message.chain)
+                await self._settle(call, answer, message.chain, tool.sensitive_fields)
                 return
         await self._give_up(run, call)
 
@@ -115,7 +115,11 @@ class Reconciler:
         )
 
     async def _settle(
-        self, call: CallRecord, answer: Reconciliation, chain: tuple[str, ...]
+        self,
+        call: CallRecord,
+        answer: Reconciliation,
+        chain: tuple[str, ...],
+        sensitive: frozenset[str],
     ) -> None:
         keys = self.rt.keys
         if answer.found == "applied":
@@ -129,6 +133,7 @@ class Reconciler:
             [CallState.RECONCILING],
             state,
             fields={"result": result, "reason": f"reconciled: {answer.found}"},
+            sensitive=sensitive,
         )
         self.ledger.outbox(
             tx,
