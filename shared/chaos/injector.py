@@ -81,8 +81,13 @@ class Injector:
         deadline = time.monotonic() + DEATH_WAIT_S
         while supervisor.pids().get(name) == pid and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
+        earlier = frozenset(
+            h for k in self.faults.kills if k.kind == kind and k.recovery_s is None for h in k.held
+        )
         self.faults.kills.append(kill)
-        task = asyncio.create_task(track(self.redis, self.settings, kill, RECOVERY_LIMIT_S))
+        task = asyncio.create_task(
+            track(self.redis, self.settings, kill, RECOVERY_LIMIT_S, earlier)
+        )
         self.faults.trackers.append(task)
         return kill
 

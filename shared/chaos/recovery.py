@@ -80,12 +80,21 @@ async def still_held(redis: aioredis.Redis, settings: Settings, kill: Kill) -> l
 
 
 async def track(
-    redis: aioredis.Redis, settings: Settings, kill: Kill, limit_s: float
+    redis: aioredis.Redis,
+    settings: Settings,
+    kill: Kill,
+    limit_s: float,
+    earlier: frozenset[str] = frozenset(),
 ) -> None:
-    """Fill in ``kill.held`` now and ``kill.recovery_s`` once all of it is settled."""
+    """Fill in ``kill.held`` now and ``kill.recovery_s`` once all of it is settled.
+
+    ``earlier``: work an earlier, still unrecovered kill of the same worker held.  arq's
+    in-progress markers do not say which process holds a job, so a dead predecessor's jobs
+    would otherwise be counted again."""
     while not kill.held and time.monotonic() - kill.at < limit_s:
         try:
-            kill.held = tuple(await held_by(redis, settings, kill.kind, kill.pid))
+            found = await held_by(redis, settings, kill.kind, kill.pid)
+            kill.held = tuple(h for h in found if h not in earlier)
             break
         except REDIS_AWAY:
             await asyncio.sleep(POLL_S)

@@ -44,14 +44,26 @@ def run_figures(facts: Facts) -> dict[str, Any]:
     }
 
 
-def recovery_figures(kills: Sequence[Kill]) -> dict[str, Any]:
-    """p50/max of the recovery time over the kills that held work (see `recovery`)."""
-    measured = [k.recovery_s for k in kills if k.held and k.recovery_s is not None]
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
     return {
-        "p50": round(statistics.median(measured), 2) if measured else None,
-        "max": round(max(measured), 2) if measured else None,
+        "p50": round(statistics.median(values), 2) if values else None,
+        "max": round(max(values), 2) if values else None,
+    }
+
+
+def recovery_figures(kills: Sequence[Kill]) -> dict[str, Any]:
+    """p50/max of the recovery time over the kills that held work (see `recovery`), overall
+    and per worker kind."""
+    measured = [k for k in kills if k.held and k.recovery_s is not None]
+    by_kind: dict[str, dict[str, Any]] = {}
+    for kind in sorted({k.kind for k in measured}):
+        times = [k.recovery_s for k in measured if k.kind == kind and k.recovery_s is not None]
+        by_kind[kind] = {**_spread(times), "kills": len(times)}
+    return {
+        **_spread([k.recovery_s for k in measured if k.recovery_s is not None]),
         "kills_holding_work": sum(1 for k in kills if k.held),
         "unrecovered": sum(1 for k in kills if k.held and k.recovery_s is None),
+        "by_kind": by_kind,
     }
 
 
@@ -122,7 +134,9 @@ def render(fig: Mapping[str, Any]) -> str:
         f" · reservations per approved call: {_pairs(fig['reservations_per_approved_call'])}",
         f"recovery    p50 {rec['p50']} s · max {rec['max']} s over "
         f"{rec['kills_holding_work']} kills holding work · unrecovered {rec['unrecovered']}",
-    ]
+        *(f"            {kind}: p50 {r['p50']} s · max {r['max']} s ({r['kills']} kills)"
+          for kind, r in rec["by_kind"].items()),
+    ]  # fmt: skip
     lines += invariant_lines(fig)
     lines.append("result      " + ("every invariant holds" if fig["ok"] else "INVARIANTS VIOLATED"))
     return "\n".join(lines)

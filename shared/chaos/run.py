@@ -3,8 +3,9 @@
 While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs worker processes
 of every kind at random moments and restarts Redis once; the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
-mid-response.  The approver decides every approval.  Kills stop shortly after the last run is
-submitted; then every run must settle, and the invariants are checked (`invariants`).
+mid-response.  The approver decides every approval.  Kills go on until every run has settled
+(or for at most `KILL_TAIL_S` after the last submission, and until every kind was killed
+once); then every run must settle, and the invariants are checked (`invariants`).
 """
 
 from __future__ import annotations
@@ -20,17 +21,19 @@ from shared.chaos.session import Progress, Session, system_spec
 from shared.chaos.workload import plan_runs
 from shared.system import LocalSystem
 
+TRAVEL_LATENCY_S = 0.3
+"""The travel reads take this long, like real services, so kills find calls in flight."""
 KILL_TAIL_S = 10.0
-"""Kills go on this long after the last submission (unless every run settled earlier)."""
+"""Kills go on until every run settled, at most this long after the last submission."""
 
 
 @dataclass(frozen=True)
 class ChaosOptions:
     runs: int = 200
     seed: int = 1
-    rate: float = 8.0
+    rate: float = 10.0
     """Runs submitted per second."""
-    kill_every_s: float = 1.5
+    kill_every_s: float = 0.75
     """Mean time between SIGKILLs."""
     replicas: int = 2
     """Replicas of model_turn, validator and executor (ingress and reconciler: one each)."""
@@ -66,6 +69,7 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
     reserve_fault = {"mode": "commit_then_drop", "probability": options.booking_drop,
                      "seed": options.seed}  # fmt: skip
     await session.booking_faults({"reserve": reserve_fault})
+    await session.travel_latency(TRAVEL_LATENCY_S)
     approver = asyncio.create_task(session.approver.run())
     stop_kills = asyncio.Event()
     killing = asyncio.create_task(injector.kill_until(stop_kills))

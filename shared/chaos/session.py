@@ -90,6 +90,12 @@ class Session:
         if self.booking_url is not None:
             await http_json("POST", f"{self.booking_url}/_faults", dict(faults))
 
+    async def travel_latency(self, seconds: float) -> None:
+        if "travel" in self.system.urls:
+            slow = {"delay_s": seconds}
+            body = {"weather": slow, "train_status": slow}
+            await http_json("POST", f"{self.system.urls['travel']}/_config", body)
+
     async def submit(self, plan: PlannedRun) -> None:
         """Enqueue the run, retrying while Redis is away (the run id makes it idempotent)."""
         deadline = time.monotonic() + SUBMIT_LIMIT_S
