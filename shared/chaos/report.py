@@ -125,7 +125,7 @@ def render(fig: Mapping[str, Any]) -> str:
     lines = [
         f"runs        submitted {runs['submitted']} · completed {runs['completed']} · paused "
         f"{paused} ({_pairs(runs['paused'])}) · failed {runs['failed']} · handed off "
-        f"{runs['handed_off']} · lost {runs['lost']}",
+        f"{runs['handed_off']} · lost {runs['lost']} · dead letters {fig['dead_letters']}",
         f"kills       {sum(fig['kills'].values())} ({_pairs(fig['kills'])})"
         f" · redis restarts {fig.get('redis_restarts', 0)}"
         f" · model streams dropped {fig['model_drops']} of {fig['model_requests']}",

@@ -3,10 +3,10 @@ kind, and check the same invariants after the supervisor has restarted each proc
 
 One system with one replica of each worker and every boundary of `boundaries` armed, each
 to fire once (``CALLGATE_CRASH_ONCE_FILE``).  For each effect kind in turn: re-arm (delete
-the markers), submit one run per protocol whose tools all have that effect, let them settle.
-Each boundary kills the first process that reaches it, so the three runs share the crashes
-and every crash must be recovered from for the runs to end.  A boundary's marker file is the
-proof that it fired.
+the markers), then run one run per protocol whose tools all have that effect, one after
+another.  Each boundary kills the first process that reaches it, so the three runs share the
+crashes, and every crash must be recovered from for the runs to end.  A boundary's marker
+file is the proof that it fired; the supervisor's restart count, that the process came back.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from shared.chaos.invariants import check_all
 from shared.chaos.report import EXAMPLES, invariant_lines, run_figures
 from shared.chaos.session import Progress, Session, system_spec
 from shared.chaos.workload import PlannedRun, walk_runs
-from shared.system import LocalSystem
+from shared.system import LocalSystem, SystemSpec
 
 SETTLE_TIMEOUT_S = 180.0
 RESTART_TIMEOUT_S = 30.0
 WALK_ENV = {"CALLGATE_CLAIM_IDLE_MS": "500", "CALLGATE_HEARTBEAT_MS": "150"}
 
 
-def walk_spec(marker: Path, redis_url: str | None = None) -> Any:
+def walk_spec(marker: Path, redis_url: str | None = None) -> SystemSpec:
     env = {
         **WALK_ENV,
         "CALLGATE_CRASH_AT": ",".join(boundary_names()),

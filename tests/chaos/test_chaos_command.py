@@ -29,6 +29,9 @@ def chaos(*args: str, timeout_s: float) -> tuple[int, dict[str, Any], str]:
 @pytest.mark.timeout(300)
 def test_a_small_chaos_run_keeps_every_invariant() -> None:
     code, fig, log = chaos("--runs", "24", "--seed", "11", "--kill-every", "1.0", timeout_s=280)
+    promised = {"runs", "kills", "lost_runs", "duplicate_writes", "calls_without_one_result",
+                "mispaired_results", "recovery_s"}  # fmt: skip
+    assert promised <= set(fig)
     assert fig["runs"]["submitted"] == 24
     assert set(fig["kills"]) == set(WORKERS), fig["kills"]  # every kind was SIGKILLed
     assert fig["redis_restarts"] == 1

@@ -64,24 +64,20 @@ async def test_hostile_arguments_get_structured_errors_and_nothing_runs(
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_arguments_nested_beyond_any_parser_pause_the_turn_cleanly(
-    fresh: Deployment, api: str
+@pytest.mark.parametrize(
+    ("scenario", "reason"),
+    [("chaos-deep-arguments", "invalid_arguments"), ("chaos-duplicate-ids", "duplicate_call_id")],
+    ids=["arguments-nested-5000-deep", "duplicate-call-ids-in-one-response"],
+)
+async def test_an_unusable_response_pauses_the_run_once_and_runs_nothing(
+    fresh: Deployment, api: str, scenario: str, reason: str
 ) -> None:
-    view = await fresh.run("chaos-deep-arguments", TRAVEL, api=api)
+    view = await fresh.run(scenario, TRAVEL, api=api)
     assert view["status"] == "paused_incomplete"
-    assert view["reason"].startswith("invalid_arguments")
+    assert view["reason"].startswith(reason)
     assert view["calls"] == [] and await weather_runs(fresh) == 0
     log = await fresh.http("model", "GET", "/_log")
-    asked = [e for e in log if e.get("scenario") == "chaos-deep-arguments"]
-    assert len(asked) == 1  # asked once: no redelivery loop
-
-
-@pytest.mark.parametrize("api", APIS)
-async def test_duplicate_call_ids_in_one_response_run_nothing(fresh: Deployment, api: str) -> None:
-    view = await fresh.run("chaos-duplicate-ids", TRAVEL, api=api)
-    assert view["status"] == "paused_incomplete"
-    assert view["reason"].startswith("duplicate_call_id")
-    assert view["calls"] == [] and await weather_runs(fresh) == 0
+    assert len([e for e in log if e.get("scenario") == scenario]) == 1  # no redelivery loop
 
 
 @pytest.mark.parametrize("api", APIS)
