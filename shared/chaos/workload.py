@@ -43,9 +43,9 @@ KINDS: dict[str, Kind] = {
         Kind("travel", "chaos-travel", ("services.demo.travel",), "read",
              "Is G1234 on time on 2026-12-20, and the weather in Hangzhou?", 4),
         Kind("workshop", "chaos-workshop", ("services.demo.workshop",), "write",
-             "Book me a seat at ws-900.", 4),
+             "Book me a seat at ws-200.", 4),
         Kind("hold", "chaos-hold", ("services.demo.holds",), "idempotent_write",
-             "Hold me a seat at ws-900.", 2),
+             "Hold me a seat at ws-200.", 2),
     )
 }  # fmt: skip
 WALK_SCENARIOS = {"read": "travel-parallel", "idempotent_write": "chaos-hold",

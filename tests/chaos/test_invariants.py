@@ -23,7 +23,7 @@ from shared.states import CallState, RunState
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = plan_runs(1, 7)[0]
-RESERVATION = {"reservation_id": "res-0001", "event_id": "ws-900"}
+RESERVATION = {"reservation_id": "res-0001", "event_id": "ws-200"}
 
 
 def call(state: CallState = CallState.SUCCEEDED, **kw: Any) -> CallRecord:

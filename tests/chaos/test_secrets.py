@@ -46,18 +46,18 @@ async def everything_stored(redis: aioredis.Redis, pattern: str) -> dict[str, by
     return found
 
 
-@pytest.mark.parametrize("answers_lost", [0, 3], ids=["executed", "reconciled"])
+@pytest.mark.parametrize("answer_lost", [False, True], ids=["executed", "reconciled"])
 async def test_planted_secrets_reach_no_log_no_trace_no_event(
-    fresh: Deployment, answers_lost: int
+    fresh: Deployment, answer_lost: bool
 ) -> None:
-    if answers_lost:  # every try of the idempotent write loses its answer: the reconciler
-        fault = {"mode": "commit_then_drop", "count": answers_lost}  # settles it instead
+    if answer_lost:  # the write's answer is lost: the reconciler settles it instead
+        fault = {"mode": "commit_then_drop", "count": 1}
         await fresh.http("booking", "POST", "/_faults", {"reserve": fault})
     run_id = await fresh.submit("chaos-secret", HOLDS)
     view = await fresh.settle(run_id)
     assert view["status"] == "completed"
     call = await fresh.call(run_id, "t1.0")
-    assert (call.reason or "").startswith("reconciled") == bool(answers_lost)
+    assert (call.reason or "").startswith("reconciled") == answer_lost
     # The secret really travelled: the tool got it and echoed it in its result.
     assert call.arguments is not None and call.arguments["contact_email"] == PLANTED_EMAIL
     assert call.result is not None and call.result["payload"]["contact_email"] == PLANTED_EMAIL
