@@ -1,14 +1,17 @@
 """Faults at random moments: SIGKILL a worker process of every kind in turn, restart Redis once.
 
 The supervisor restarts whatever dies; each kill is tracked (`shared.chaos.recovery`) until
-everything the dead process held has a durable outcome.  Random but reproducible: every
-choice (which kind next, which replica, how long until the next kill) comes from one
-generator seeded by the session's seed.
+everything the dead process held has a durable outcome.  The kind killed next, the replica
+order and the gap until the next kill come from one generator seeded by the session's seed.
+A process is mostly idle between messages, so a kill waits up to `BUSY_WAIT_S` for a replica
+that holds work (in-flight messages, or an arq job) and kills that one, else an idle one:
+a kill that lands on nothing tests a restart, not a recovery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -16,12 +19,15 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from shared.chaos.common import pause
-from shared.chaos.recovery import Kill, track
+from shared.chaos.common import REDIS_AWAY, pause
+from shared.chaos.recovery import Kill, held_by, track
 from shared.config import Settings
 from shared.system import LocalSystem
 
 DEATH_WAIT_S = 5.0
+BUSY_WAIT_S = 1.0
+"""How long a kill waits for a replica to hold work before it hits an idle one."""
+BUSY_POLL_S = 0.02
 RECOVERY_LIMIT_S = 180.0
 """A kill whose work is not settled by then counts as unrecovered."""
 
@@ -68,22 +74,45 @@ class Injector:
             self.rng.shuffle(self._order)
         return self._order.pop()
 
+    def _unrecovered(self, kind: str) -> frozenset[str]:
+        """Work earlier kills of ``kind`` held that is not settled yet."""
+        return frozenset(
+            h for k in self.faults.kills if k.kind == kind and k.recovery_s is None for h in k.held
+        )
+
+    async def _victim(self, kind: str, earlier: frozenset[str]) -> tuple[str, int] | None:
+        """A replica of ``kind`` to kill: the first seen holding work within `BUSY_WAIT_S`
+        (recovery is measured on those), else a random one; None if every one is down."""
+        names = list(self.system.workers[kind])
+        self.rng.shuffle(names)
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            pids = self.system.supervisor.pids()
+            up = [(name, pids[name]) for name in names if name in pids]
+            if not up:
+                return None
+            for name, pid in up:
+                with contextlib.suppress(*REDIS_AWAY):
+                    if set(await held_by(self.redis, self.settings, kind, pid)) - earlier:
+                        return name, pid
+            if time.monotonic() >= deadline:
+                return up[0]
+            await asyncio.sleep(BUSY_POLL_S)
+
     async def kill_one(self) -> Kill | None:
-        """SIGKILL one replica of the next kind; None if it was down already (restarting)."""
+        """SIGKILL one replica of the next kind; None if all were down (restarting)."""
         kind = self._next_kind()
-        name = self.rng.choice(self.system.workers[kind])
-        supervisor = self.system.supervisor
-        pid = supervisor.pids().get(name)
-        if pid is None:
+        earlier = self._unrecovered(kind)
+        victim = await self._victim(kind, earlier)
+        if victim is None:
             return None
+        name, pid = victim
+        supervisor = self.system.supervisor
         supervisor.kill(name)
         kill = Kill(kind, name, pid, time.monotonic())
         deadline = time.monotonic() + DEATH_WAIT_S
         while supervisor.pids().get(name) == pid and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        earlier = frozenset(
-            h for k in self.faults.kills if k.kind == kind and k.recovery_s is None for h in k.held
-        )
         self.faults.kills.append(kill)
         task = asyncio.create_task(
             track(self.redis, self.settings, kill, RECOVERY_LIMIT_S, earlier)
