@@ -5,6 +5,9 @@ process kill itself the first time it reaches that boundary, so recovery can be 
 at every boundary rather than only at random moments.  ``CALLGATE_CRASH_ONCE_FILE``, when
 set, names a marker file: the crash happens only if the file does not exist yet (it is
 created just before dying), so a restarted process runs on past the boundary.
+
+Every boundary, and which effect kinds reach it, is listed in `shared.chaos.boundaries`;
+``callgate chaos --crash-points`` walks them all.
 """
 
 from __future__ import annotations

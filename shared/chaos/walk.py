@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,13 @@ def run_walk(progress: Progress, redis_url: str | None = None) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="callgate-crash-") as tmp:
         marker = Path(tmp) / "crashed"
         system = LocalSystem(walk_spec(marker, redis_url), progress=progress)
+        started = time.monotonic()
         try:
             system.start()
-            return asyncio.run(walk_session(system, marker, progress))
+            fig = asyncio.run(walk_session(system, marker, progress))
         finally:
             system.stop()
+    return {**fig, "elapsed_s": round(time.monotonic() - started, 1)}
 
 
 def render_walk(fig: dict[str, Any]) -> str:
@@ -126,7 +129,8 @@ def render_walk(fig: dict[str, Any]) -> str:
     runs = fig["runs"]
     lines.append(f"crashes {fig['crashes']} · supervisor restarts {sum(fig['restarts'].values())}"
                  f" · runs {runs['submitted']}: completed {runs['completed']}, paused "
-                 f"{sum(runs['paused'].values())}, failed {runs['failed']}, lost {runs['lost']}")
+                 f"{sum(runs['paused'].values())}, failed {runs['failed']}, lost {runs['lost']}"
+                 f" · {fig.get('elapsed_s', '?')} s")
     lines += invariant_lines(fig)
     lines.append("result: " + ("every boundary crashed and recovered; every invariant holds"
                                if fig["ok"] else f"FAILED (missed: {fig['missed']})"))
