@@ -5,7 +5,8 @@ sides once the runs have settled (I/O only; the checks are `shared.chaos.invaria
 * the booking service (the system of record for writes): requests and reservations created
   per operation id;
 * the scripted model server: what the model actually received — for each run, the tool
-  results in its most advanced request, by provider call id.
+  results in its most advanced request, by provider call id, read with the server's own
+  conversation parser (`services.scripted.history`), as the session always runs against it.
 """
 
 from __future__ import annotations
