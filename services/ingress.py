@@ -37,6 +37,7 @@ from shared.runspec import RunSpecError, parse_spec, to_run_record
 from shared.service import Runtime, build_runtime, tune_gc
 from shared.states import RUN_TERMINAL, RunState
 from shared.store import now_ms
+from shared.stream_redis import REDIS_ERRORS, backoff_s
 from shared.tools import load_registry
 from shared.tx import Tx
 
@@ -240,14 +241,31 @@ def create_worker(
 
 
 async def serve(settings: Settings, *, burst: bool = False) -> Worker:
-    """Run the worker until drained (burst) or stopped by a signal; always close it."""
-    worker = create_worker(settings, burst=burst)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker.async_run()
-    finally:
-        await worker.close()
-    return worker
+    """Run the worker until drained (burst) or stopped by a signal; always close it.
+
+    When Redis goes away, arq's poll loop ends with a connection error; the worker is then
+    built again after a back-off, so the process reconnects in place like the stream workers
+    instead of exiting (a SIGTERM during the back-off still stops it)."""
+    stopped = asyncio.Event()
+    attempt = 0
+    while True:
+        worker = create_worker(settings, burst=burst)
+        worker.on_stop = lambda _signal: stopped.set()
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker.async_run()
+            return worker
+        except REDIS_ERRORS as exc:
+            log.warning("redis unavailable; restarting the arq worker in place",
+                        extra=log_fields(error=repr(exc), attempt=attempt))  # fmt: skip
+        finally:
+            with contextlib.suppress(*REDIS_ERRORS):
+                await worker.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), backoff_s(attempt))
+        if stopped.is_set():
+            return worker
+        attempt += 1
 
 
 def main(argv: Sequence[str] | None = None) -> None:
