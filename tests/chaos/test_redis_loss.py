@@ -1,6 +1,6 @@
-"""Redis goes away and comes back — restarted (AOF on) and, separately, every client
-connection killed — while runs are in flight: the workers reconnect in place (none exits,
-none is restarted) and every run completes."""
+"""Redis goes away and comes back — stopped for two seconds and started again (AOF on), and,
+separately, every client connection killed — while runs are in flight: the workers reconnect
+in place (none exits, none is restarted) and every run completes."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.chaos.conftest import Deployment
 
 SLOW = {"delay_s": 1.0}
 """Travel answers take a second, so calls are in flight when Redis goes away."""
+DOWN_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,9 @@ async def test_workers_reconnect_after_redis_restarts_and_connections_drop(
     await deployment.http("travel", "POST", "/_config", {"weather": SLOW, "train_status": SLOW})
     assert system.redis is not None
     first = await in_flight(deployment, 6)
-    await asyncio.to_thread(system.redis.restart)
+    await asyncio.to_thread(system.redis.stop)
+    await asyncio.sleep(DOWN_S)  # long enough for every client's own retries to give up
+    await asyncio.to_thread(system.redis.start)
 
     second = await in_flight(deployment, 6)
     admin = aioredis.Redis.from_url(deployment.settings.redis_url)
