@@ -28,6 +28,7 @@ DEATH_WAIT_S = 5.0
 BUSY_WAIT_S = 1.0
 """How long a kill waits for a replica to hold work before it hits an idle one."""
 BUSY_POLL_S = 0.02
+REDIS_DOWN_S = 1.0
 RECOVERY_LIMIT_S = 180.0
 """A kill whose work is not settled by then counts as unrecovered."""
 
@@ -134,13 +135,16 @@ class Injector:
             await self.kill_one()
 
     async def restart_redis(self) -> None:
-        """Stop Redis and start it again on the same port (AOF on: nothing is lost)."""
+        """Stop Redis, leave it down `REDIS_DOWN_S` (as a real restart replaying its AOF
+        would), start it again on the same port (AOF on: nothing is lost)."""
         server = self.system.redis
         if server is None:
             raise RuntimeError("the chaos session needs its own Redis to restart it")
         self.progress("restarting Redis")
         started = time.monotonic()
-        await asyncio.to_thread(server.restart)
+        await asyncio.to_thread(server.stop)
+        await asyncio.sleep(REDIS_DOWN_S)
+        await asyncio.to_thread(server.start)
         self.faults.redis_down_s = round(time.monotonic() - started, 3)
         self.faults.redis_restarts += 1
         self.progress(f"Redis back after {self.faults.redis_down_s:.1f}s")

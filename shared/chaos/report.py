@@ -127,7 +127,7 @@ def render(fig: Mapping[str, Any]) -> str:
         f"{paused} ({_pairs(runs['paused'])}) · failed {runs['failed']} · handed off "
         f"{runs['handed_off']} · lost {runs['lost']} · dead letters {fig['dead_letters']}",
         f"kills       {sum(fig['kills'].values())} ({_pairs(fig['kills'])})"
-        f" · redis restarts {fig.get('redis_restarts', 0)}"
+        f" · redis restarts {fig.get('redis_restarts', 0)} ({fig.get('redis_down_s', 0)} s down)"
         f" · model streams dropped {fig['model_drops']} of {fig['model_requests']}",
         f"writes      reserve requests {writes['reserve_requests']} · reservations "
         f"{writes['reservations']} · reconciled after a lost answer {writes['reconciled']}"

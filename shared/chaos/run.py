@@ -101,6 +101,7 @@ async def chaos_session(
     extra = {
         "seed": options.seed,
         "redis_restarts": injector.faults.redis_restarts,
+        "redis_down_s": injector.faults.redis_down_s,
         "approvals": {"approved": session.approver.stats.approved,
                       "denied": session.approver.stats.denied},
         "elapsed_s": round(time.monotonic() - started, 1),
