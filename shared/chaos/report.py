@@ -15,16 +15,18 @@ from shared.chaos.invariants import (
     settled,
 )
 from shared.chaos.recovery import Kill
-from shared.states import RUN_PAUSED
+from shared.states import RUN_PAUSED, RunState
 
 EXAMPLES = 5
 """Violations listed per invariant (the count is always complete)."""
 
 
 def run_figures(facts: Facts) -> dict[str, Any]:
-    """Runs by how they ended; paused ones by reason (ids and details cut off)."""
+    """Runs by how they ended; paused ones by reason, and the reasons of those that did not
+    complete (the first 200 characters of each)."""
     ends: Counter[str] = Counter()
     paused: Counter[str] = Counter()
+    why: dict[str, str] = {}
     for r in facts.runs:
         if r.run is None or not settled(r.run.status):
             ends["lost"] += 1
@@ -33,6 +35,8 @@ def run_figures(facts: Facts) -> dict[str, Any]:
             paused[f"{r.run.status.value}: {reason}"] += 1
         else:
             ends[r.run.status.value] += 1
+        if r.run is not None and r.run.status != RunState.COMPLETED:
+            why[r.plan.run_id] = f"{r.run.status.value}: {r.run.reason or ''}"[:200]
     return {
         "submitted": len(facts.runs),
         "completed": ends["completed"],
@@ -41,6 +45,7 @@ def run_figures(facts: Facts) -> dict[str, Any]:
         "handed_off": ends["handed_off"],
         "refused": ends["refused"],
         "lost": ends["lost"],
+        "not_completed": dict(list(why.items())[:EXAMPLES]),
     }
 
 
