@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -210,7 +210,7 @@ def _subst_value(value: Any, conv: Conversation) -> Any:
     return value
 
 
-def _id_mode(kinds: set[str], conv: Conversation) -> tuple[IdMode, str | None]:
+def _id_mode(kinds: Collection[str], conv: Conversation) -> tuple[IdMode, str | None]:
     """How this turn's call ids are rendered, and the earlier id a ``reuse`` repeats."""
     if "missing_call_id" in kinds:
         return "missing", None
