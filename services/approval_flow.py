@@ -159,8 +159,11 @@ class ApprovalFlow:
                 }
             },
         )
-        tx = self.ledger.event(
-            Tx(),
+        # Only into the log of a run that exists: a forged decision naming none must not leave
+        # an event stream behind that nothing would ever expire.
+        tx = Tx().expect(self.rt.keys.run(message.run_id), "status", *RunState)
+        self.ledger.event(
+            tx,
             message.run_id,
             "approval.refused",
             approval_id=message.approval_id,

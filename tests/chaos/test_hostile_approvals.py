@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from shared.envelopes import ApprovalDecision
 from tests.chaos.conftest import Deployment
 
@@ -78,3 +80,25 @@ async def test_the_requester_cannot_approve_their_own_request(fresh: Deployment)
     assert "the requester cannot approve their own request" in str(found[0]["reason"])
     assert (await fresh.settle(own.run_id))["status"] == "paused_approval"
     assert (await fresh.http("booking", "GET", "/_stats"))["reserve"]["requests"] == 0
+
+
+async def test_a_decision_for_a_run_that_does_not_exist_leaves_nothing_behind(
+    fresh: Deployment,
+) -> None:
+    """Refused and logged, but no event log is created for the made-up run (nothing would
+    ever expire it)."""
+    genuine = await pending(fresh, {"user": "alice"})
+    forged = genuine.model_copy(update={"run_id": "run-made-up", "approval_id": "apr_forged"})
+    await fresh.post_decision(forged)
+    for _ in range(600):
+        logged = [line for line in fresh.worker_logs() if "approval decision refused" in line]
+        if any("run-made-up" in line and "no such approval" in line for line in logged):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the forged decision was not refused in the validator's log")
+    redis = aioredis.Redis.from_url(fresh.settings.redis_url)
+    try:
+        assert await redis.exists(fresh.keys.events("run-made-up")) == 0
+    finally:
+        await redis.aclose()
