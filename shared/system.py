@@ -51,7 +51,8 @@ class SystemSpec:
 
     services: tuple[str, ...] = ("travel", "booking")
     scripted_model: bool | None = None
-    """Start the scripted model server: None = only when no provider key is set."""
+    """Start the scripted model server: None = only when no provider key is set; True = always,
+    and point both SDKs at it whatever the environment says."""
     replicas: Mapping[str, int] = field(default_factory=dict)
     """Replicas per worker kind (default 1 each; 0 leaves a kind out)."""
     redis: RedisMode = "reuse"
@@ -143,8 +144,13 @@ class LocalSystem:
         url = self.start_listener(
             "model", [sys.executable, "-m", "services.scripted_model", "--port", str(free_port())]
         )
-        self.env.setdefault("OPENAI_BASE_URL", f"{url}/v1")
-        self.env.setdefault("ANTHROPIC_BASE_URL", url)
+        for name, value in (("OPENAI_BASE_URL", f"{url}/v1"), ("ANTHROPIC_BASE_URL", url)):
+            if self.spec.scripted_model:
+                # Asked for explicitly (conformance, chaos, tests): never a real endpoint.
+                self.env[name] = value
+            else:
+                # Started because no key is set: a base URL the user chose still wins.
+                self.env.setdefault(name, value)
         # The SDKs refuse to start without a key; the loopback server ignores it.
         self.env.setdefault("OPENAI_API_KEY", "scripted-local")
         self.env.setdefault("ANTHROPIC_API_KEY", "scripted-local")

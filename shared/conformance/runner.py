@@ -26,9 +26,6 @@ from shared.conformance.probes import Probes
 from shared.envelopes import new_id
 from shared.system import LocalSystem, SystemSpec
 
-PROVIDER_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
-"""Dropped from the children's environment: the scripted model server replaces them."""
-
 Progress = Callable[[str], None]
 
 
@@ -79,10 +76,7 @@ def system_spec(redis_url: str | None = None) -> SystemSpec:
 
 def start_system(redis_url: str | None = None, progress: Progress = _silent) -> LocalSystem:
     """A started system for the matrix; the caller stops it."""
-    system = LocalSystem(system_spec(redis_url), progress=progress)
-    for name in PROVIDER_ENV:
-        system.env.pop(name, None)
-    return system.start()
+    return LocalSystem(system_spec(redis_url), progress=progress).start()
 
 
 async def run_plan(
