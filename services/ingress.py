@@ -24,6 +24,7 @@ from arq import Retry
 from arq.cron import cron
 from arq.worker import Worker, func
 
+from shared import eventloop
 from shared.config import Settings
 from shared.crashpoints import crash_point
 from shared.envelopes import ApprovalExpired, TurnRequest, encode
@@ -274,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging("ingress")
     tune_gc()
-    asyncio.run(serve(Settings(), burst=args.burst))
+    eventloop.run(serve(Settings(), burst=args.burst))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import redis.asyncio as aioredis
 
+from shared import eventloop
 from shared.config import Settings
 from shared.envelopes import (
     CallResult,
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--role", choices=sorted(ROLES), required=True)
     parser.add_argument("--count", type=int, default=64, help="XREADGROUP COUNT")
     args = parser.parse_args(argv)
-    asyncio.run(_main(args.role, args.count))
+    eventloop.run(_main(args.role, args.count))
 
 
 if __name__ == "__main__":
