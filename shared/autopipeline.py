@@ -7,6 +7,12 @@ is queued and its caller gets a future; the queue is flushed by a callback sched
 event loop, so every request made by the tasks that run before it rides in the same pipeline:
 one write, one round trip.  There is no linger timer, so a lone request waits for nothing.
 
+The hot commands (`WIRE_COMMANDS`: reading records and history, the Lua step) go over a
+connection of its own, written and parsed with hiredis directly (`shared.resp_wire`): the
+redis-py pipeline machinery around each command cost more CPU than Redis spends answering
+it.  A flush holding any other command, or a client that is not plain TCP (TLS, a Unix
+socket), takes redis-py's pipeline as before; replies are the same either way.
+
 What does not change: each command is still a separate command (no MULTI around a batch; a
 Lua step stays atomic on its own, and independent of its neighbours), and each caller gets
 its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
@@ -23,8 +29,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from shared.resp_wire import WIRE_COMMANDS, Wire, WireAddress, wire_address
+
 Command = tuple[Any, ...]
 """``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
+
+Batch = list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
 
 
 class AutoPipeline:
@@ -32,7 +42,10 @@ class AutoPipeline:
 
     def __init__(self, redis: aioredis.Redis) -> None:
         self._redis = redis
-        self._queue: list[tuple[Sequence[Command], asyncio.Future[list[Any]]]] = []
+        self._address: WireAddress | None = wire_address(redis)
+        self._wire: Wire | None = None
+        self._connecting: asyncio.Task[Wire] | None = None
+        self._queue: Batch = []
         self._scheduled = False
         self._flushing: set[asyncio.Task[None]] = set()
         self.flushes = 0
@@ -49,17 +62,55 @@ class AutoPipeline:
             loop.call_soon(self._flush)
         return future
 
+    async def aclose(self) -> None:
+        """Close the hot-command connection (redis-py's pool is its client's to close)."""
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
+
     def _flush(self) -> None:
         self._scheduled = False
         batch, self._queue = self._queue, []
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._execute(batch))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
+        if not batch:
+            return
+        if self._address is not None and all(
+            command[0] in WIRE_COMMANDS for commands, _ in batch for command in commands
+        ):
+            wire = self._wire
+            if wire is not None and wire.usable():
+                self.flushes += 1
+                wire.send(batch)
+                return
+            self._spawn(self._send_after_connecting(batch))
+            return
+        self._spawn(self._execute(batch))
 
-    async def _execute(
-        self, batch: list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
-    ) -> None:
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _send_after_connecting(self, batch: Batch) -> None:
+        assert self._address is not None
+        try:
+            if self._connecting is None or self._connecting.done():
+                if self._wire is not None:
+                    self._wire.close()
+                    self._wire = None
+                self._connecting = asyncio.create_task(Wire.connect(self._address))
+            self._wire = await asyncio.shield(self._connecting)
+        except asyncio.CancelledError:
+            _cancel(batch)
+            raise
+        except Exception as exc:
+            _fail(batch, exc)
+            return
+        self.flushes += 1
+        self._wire.send(batch)
+
+    async def _execute(self, batch: Batch) -> None:
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for commands, _ in batch:
@@ -67,13 +118,10 @@ class AutoPipeline:
                         getattr(pipe, method)(*args)
                 replies = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
-            for _, future in batch:
-                future.cancel()
+            _cancel(batch)
             raise
         except Exception as exc:
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            _fail(batch, exc)
             return
         self.flushes += 1
         start = 0
@@ -82,3 +130,14 @@ class AutoPipeline:
             if not future.done():  # else its caller was cancelled meanwhile
                 future.set_result(replies[start:end])
             start = end
+
+
+def _cancel(batch: Batch) -> None:
+    for _, future in batch:
+        future.cancel()
+
+
+def _fail(batch: Batch, exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)

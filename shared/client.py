@@ -173,6 +173,7 @@ class CallgateClient:
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
+        await self.ledger.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> CallgateClient:

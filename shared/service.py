@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
+from shared import eventloop
 from shared.config import Settings
 from shared.keys import Keys
 from shared.logs import setup_logging
@@ -45,6 +45,7 @@ class Runtime:
     async def close(self) -> None:
         for close in reversed(self.closers):
             await close()
+        await self.ledger.aclose()
         await self.redis.aclose()
 
 
@@ -135,4 +136,4 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> None:
         finally:
             await runtime.close()
 
-    asyncio.run(_run())
+    eventloop.run(_run())

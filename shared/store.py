@@ -78,6 +78,10 @@ class Ledger(Steps):
         self.pipe = AutoPipeline(redis)
         """Every ledger command goes through here: one round trip per event loop iteration."""
 
+    async def aclose(self) -> None:
+        """Close the ledger's own connection; the redis client stays its owner's to close."""
+        await self.pipe.aclose()
+
     async def _cmds(self, commands: Sequence[Command]) -> list[Any]:
         """Several commands in one round trip; a Redis error comes back in place of a reply."""
         with redis_errors():

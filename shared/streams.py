@@ -37,6 +37,7 @@ from redis.exceptions import ResponseError
 
 from shared.config import Settings
 from shared.logs import log_fields
+from shared.resp_wire import BlockingReads, wire_address
 from shared.stream_messages import (
     DeadLetter,
     Delivery,
@@ -120,6 +121,8 @@ class StreamWorker:
         self._force = asyncio.Event()
         self._serving: asyncio.Future[None] | None = None
         self._acker: Acker | None = None
+        address = wire_address(redis)
+        self._blocking = None if address is None else BlockingReads(address)
         self._cursors: dict[str, str] = {}
         self._next_reclaim = 0.0
         self._rotate = 0
@@ -173,6 +176,8 @@ class StreamWorker:
                 await self._drain(acker, background)
             finally:
                 self.stats.ack_round_trips += acker.flushes
+                if self._blocking is not None:
+                    self._blocking.close()
                 self._serving.set_result(None)
                 self._serving = None
 
@@ -309,13 +314,19 @@ class StreamWorker:
             start = self._rotate % n
             chosen, per_stream = (self._streams[start:] + self._streams[:start])[:budget], 1
             self._rotate = start + budget
-        reply = await self._redis.xreadgroup(
-            self._group,
-            self.consumer,
-            dict.fromkeys(chosen, ">"),
-            count=per_stream,
-            block=self._settings.read_block_ms,
-        )
+        block_ms = self._settings.read_block_ms
+        if self._blocking is not None:
+            reply = await self._blocking.xreadgroup(
+                self._group, self.consumer, chosen, per_stream, block_ms
+            )
+        else:
+            reply = await self._redis.xreadgroup(
+                self._group,
+                self.consumer,
+                dict.fromkeys(chosen, ">"),
+                count=per_stream,
+                block=block_ms,
+            )
         started = 0
         for name, entries in reply.items() if isinstance(reply, dict) else reply or []:
             for message_id, fields in entries:

@@ -142,4 +142,5 @@ class Session:
     async def close(self) -> None:
         self.approver.stop()
         await self.client.close()
+        await self.ledger.aclose()
         await self.redis.aclose()
