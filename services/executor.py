@@ -49,11 +49,11 @@ class Executor:
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
             case ExecRequest():
-                await self.on_exec(message)
+                await self.on_exec(message, delivery)
             case _:
                 raise EnvelopeError(f"executor does not handle {message.kind!r}")
 
-    async def on_exec(self, message: ExecRequest) -> None:
+    async def on_exec(self, message: ExecRequest, delivery: Delivery) -> None:
         run, [call] = await self.ledger.run_and_calls(message.run_id, [message.call_id])
         if call is None or run is None:
             raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
@@ -61,11 +61,14 @@ class Executor:
         if tool is None:
             raise NotFoundError(f"tool {call.tool!r} is not registered")
         if call.state == CallState.EXECUTING and tool.effect is Effect.WRITE:
-            await self._orphaned_write(call, message)
+            await self._orphaned_write(call, message, delivery)
             return
         if call.state not in (CallState.ALLOWED, CallState.APPROVED, CallState.EXECUTING):
             return  # done already: its outcome and the next message were written together
         attempt = call.attempts + 1
+        if tool.effect is Effect.READ and call.approval_id is None:
+            await self._read(run, call, tool, attempt, message.chain, delivery)
+            return
         if not await self._take(call, attempt):
             return
         crash_point("executor.after_take")
@@ -75,8 +78,39 @@ class Executor:
         else:
             outcome = await self._execute(run, call, tool, attempt)
         crash_point("executor.after_request")
-        await self._record(call, attempt, outcome, message.chain, tool.sensitive_fields)
+        await self._record(call, attempt, outcome, message.chain, tool.sensitive_fields, delivery)
         crash_point("executor.after_persist")
+
+    async def _read(
+        self,
+        run: RunRecord,
+        call: CallRecord,
+        tool: Tool[Any],
+        attempt: int,
+        chain: tuple[str, ...],
+        delivery: Delivery,
+    ) -> None:
+        """A read runs first and is taken and settled in one step: redoing it is harmless,
+        so a separate durable take would only cost a round trip on every tool call."""
+        crash_point("executor.after_take")
+        outcome = await self._execute(run, call, tool, attempt)
+        crash_point("executor.after_request")
+        tx = Tx()
+        fields: dict[str, Any] = {} if outcome.result is None else {"result": outcome.result}
+        self.ledger.call_run_through(
+            tx,
+            call,
+            outcome.state,
+            taken=self._taken(attempt),
+            fields=fields,
+            sensitive=tool.sensitive_fields,
+        )
+        self._report(tx, call, outcome.state, chain)
+        await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
+        crash_point("executor.after_persist")
+
+    def _taken(self, attempt: int) -> dict[str, Any]:
+        return {"attempts": attempt, "executor": self.rt.consumer}
 
     async def _take(self, call: CallRecord, attempt: int) -> bool:
         """allowed|approved → executing, or re-take an orphaned read (attempt n → n+1)."""
@@ -89,7 +123,7 @@ class Executor:
             call.call_id,
             [call.state],
             CallState.EXECUTING,
-            fields={"attempts": attempt, "executor": self.rt.consumer},
+            fields=self._taken(attempt),
         )
         result = await self.ledger.apply(tx)
         return result.ok
@@ -155,6 +189,7 @@ class Executor:
         outcome: Outcome,
         chain: tuple[str, ...],
         sensitive: frozenset[str],
+        delivery: Delivery,
     ) -> None:
         """The outcome, its message and the next call of the chain, in one atomic step.
 
@@ -184,7 +219,7 @@ class Executor:
             )
         else:
             self._report(tx, call, outcome.state, chain)
-        await asyncio.shield(self.ledger.apply(tx))
+        await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
 
     def _report(self, tx: Tx, call: CallRecord, state: CallState, chain: tuple[str, ...]) -> None:
         keys = self.rt.keys
@@ -200,7 +235,9 @@ class Executor:
                 ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]),
             )
 
-    async def _orphaned_write(self, call: CallRecord, message: ExecRequest) -> None:
+    async def _orphaned_write(
+        self, call: CallRecord, message: ExecRequest, delivery: Delivery
+    ) -> None:
         """A write found ``executing`` after its executor died: its outcome is unknown."""
         tx = Tx()
         tx.expect(self.rt.keys.call(call.run_id, call.call_id), "attempts", str(call.attempts))
@@ -219,7 +256,7 @@ class Executor:
                 run_id=call.run_id, turn=call.turn, call_id=call.call_id, chain=message.chain
             ),
         )
-        await self.ledger.apply(tx)
+        await self.ledger.apply(delivery.ack_with(tx))
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

@@ -92,22 +92,22 @@ class ModelTurn:
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
             case TurnRequest():
-                await self.on_turn_request(message)
+                await self.on_turn_request(message, delivery)
             case CallResult():
-                await self.on_call_result(message)
+                await self.on_call_result(message, delivery)
             case _:
                 raise EnvelopeError(f"model_turn does not handle {message.kind!r}")
 
     # -- a turn ---------------------------------------------------------------------------
 
-    async def on_turn_request(self, message: TurnRequest) -> None:
+    async def on_turn_request(self, message: TurnRequest, delivery: Delivery) -> None:
         found, history = await self.ledger.run_and_history(message.run_id)
         run = _exists(message.run_id, found)
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
             return  # stale or duplicate: the turn was taken already
         ended = budget_end(run, now_ms())
         if ended is not None:
-            await self._finish(run, Finish(RunState.HANDED_OFF, reason=ended), None)
+            await self._finish(run, Finish(RunState.HANDED_OFF, reason=ended), None, delivery)
             return
         adapter = self.adapter(run.api)
         registry = load_registry(run.tool_modules)
@@ -140,11 +140,11 @@ class ModelTurn:
             await asyncio.sleep(step.delay_s)
         match step:
             case Finish():
-                await self._finish(run, step, outcome)
+                await self._finish(run, step, outcome, delivery)
             case StartCalls():
-                await self._start_calls(run, step, outcome)
+                await self._start_calls(run, step, outcome, delivery)
             case AskToFix():
-                await self._ask_to_fix(run, step, outcome, adapter)
+                await self._ask_to_fix(run, step, outcome, adapter, delivery)
             case _:
                 assert_never(step)
         crash_point("model_turn.after_outbox")
@@ -172,7 +172,9 @@ class ModelTurn:
         )
         return tx
 
-    async def _finish(self, run: RunRecord, step: Finish, outcome: TurnOutcome | None) -> None:
+    async def _finish(
+        self, run: RunRecord, step: Finish, outcome: TurnOutcome | None, delivery: Delivery
+    ) -> None:
         tx = self._turn_tx(run, outcome)
         if outcome is not None and step.status == RunState.COMPLETED:
             tx.rpush(self.rt.keys.history(run.run_id), *_items(outcome.record.assistant_items))
@@ -191,9 +193,11 @@ class ModelTurn:
         )
         if step.status in RUN_TERMINAL:
             await self.ledger.expire_finished(tx, run.run_id, run.turn)
-        await self.ledger.apply(tx)
+        await self.ledger.apply(delivery.ack_with(tx))
 
-    async def _start_calls(self, run: RunRecord, step: StartCalls, outcome: TurnOutcome) -> None:
+    async def _start_calls(
+        self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
+    ) -> None:
         keys = self.rt.keys
         tx = self._turn_tx(run, outcome)
         created = now_ms()
@@ -223,11 +227,11 @@ class ModelTurn:
             keys.run_stream("validate", run.run_id),
             ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
         )
-        result = await self.ledger.apply(tx)
+        result = await self.ledger.apply(delivery.ack_with(tx))
         if result.ok:
             self._remember(run.run_id, run.turn, call_ids)
         elif result.failed and result.failed.key == keys.provider_calls(run.run_id):
-            await self._refuse_reused_ids(run, step, outcome)
+            await self._refuse_reused_ids(run, step, outcome, delivery)
 
     def _remember(self, run_id: str, turn: int, call_ids: list[str]) -> None:
         self._turn_calls[(run_id, turn)] = call_ids
@@ -235,7 +239,7 @@ class ModelTurn:
             self._turn_calls.popitem(last=False)
 
     async def _refuse_reused_ids(
-        self, run: RunRecord, step: StartCalls, outcome: TurnOutcome
+        self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
     ) -> None:
         """The response reuses a provider call id of an earlier call: it is replayed or
         confused, and results pair by those ids, so no call is created and the run pauses."""
@@ -243,16 +247,23 @@ class ModelTurn:
             run.run_id, [c.provider_call_id for c in step.calls]
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-        await self._finish(run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome)
+        await self._finish(
+            run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome, delivery
+        )
 
     async def _ask_to_fix(
-        self, run: RunRecord, step: AskToFix, outcome: TurnOutcome, adapter: ProviderAdapter
+        self,
+        run: RunRecord,
+        step: AskToFix,
+        outcome: TurnOutcome,
+        adapter: ProviderAdapter,
+        delivery: Delivery,
     ) -> None:
         tx = self._turn_tx(run, outcome)
         items = [*outcome.record.assistant_items, *adapter.correction_items(step.message)]
         self._advance(tx, run, items, reason="fix_answer")
         self.ledger.event(tx, run.run_id, "answer.rejected", turn=run.turn, reason=step.message)
-        await self.ledger.apply(tx)
+        await self.ledger.apply(delivery.ack_with(tx))
 
     async def _note_retry(
         self, run: RunRecord, outcome: TurnOutcome, step: RetryModel, attempt: int
@@ -318,7 +329,7 @@ class ModelTurn:
             return run, tuple(require_calls(run_id, known, maybe))
         return run, tuple(await self.ledger.get_calls(run_id, listed))
 
-    async def on_call_result(self, message: CallResult) -> None:
+    async def on_call_result(self, message: CallResult, delivery: Delivery) -> None:
         found = await self._turn(message.run_id, message.turn)
         if found is None:
             return
@@ -337,13 +348,13 @@ class ModelTurn:
                     expect_turn=run.turn,
                     fields={"reason": step.reason or ""},
                 )
-                await self.ledger.apply(tx)
+                await self.ledger.apply(delivery.ack_with(tx))
             case NextTurn(calls=ordered):
                 adapter = self.adapter(run.api)
                 results = [_result_input(call) for call in ordered]
                 tx = Tx()
                 self._advance(tx, run, adapter.result_items(results), reason="next")
-                result = await self.ledger.apply(tx)
+                result = await self.ledger.apply(delivery.ack_with(tx))
                 self._turn_calls.pop((run.run_id, run.turn), None)  # the turn is over
                 if result.ok:
                     crash_point("model_turn.after_outbox")
@@ -351,11 +362,11 @@ class ModelTurn:
                 assert_never(step)
 
 
-
 def _exists(run_id: str, run: RunRecord | None) -> RunRecord:
     if run is None:
         raise NotFoundError(f"run {run_id} does not exist")
     return run
+
 
 def _items(items: list[dict[str, object]]) -> list[bytes]:
     return [orjson.dumps(item) for item in items]

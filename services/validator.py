@@ -59,13 +59,13 @@ class Validator:
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
             case ValidateRequest():
-                await self.on_validate(message)
+                await self.on_validate(message, delivery)
             case ApprovalDecision() | ApprovalExpired():
                 await self.approvals.on_message(message)
             case _:
                 raise EnvelopeError(f"validator does not handle {message.kind!r}")
 
-    async def on_validate(self, message: ValidateRequest) -> None:
+    async def on_validate(self, message: ValidateRequest, delivery: Delivery) -> None:
         run, found = await self.ledger.run_and_calls(message.run_id, message.call_ids)
         if run is None:
             raise NotFoundError(f"run {message.run_id} does not exist")
@@ -95,6 +95,8 @@ class Validator:
             fields={"reason": "awaiting approval"} if approvals else None,
         )
         dispatch(self.ledger, tx, run.run_id, run.turn, decided, writes=not hold)
+        if not approvals:  # else scheduling their expiry follows the step
+            delivery.ack_with(tx)
         if (await self.ledger.apply(tx)).ok:
             for approval in approvals:
                 await self.expiry.schedule(approval)

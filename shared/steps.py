@@ -46,13 +46,20 @@ def _cas(
     to_state: str,
     fields: dict[str, Any] | None,
     extra_guards: Sequence[tuple[str, str]] = (),
+    via: str | None = None,
 ) -> list[str]:
-    """Append guard + update of one state change; everything is checked before ``tx`` grows."""
+    """Append guard + update of one state change (through ``via``, if given); everything is
+    checked before ``tx`` grows."""
     sources = _states(from_states)
     if not sources:
         raise ValueError("a transition needs at least one source state")
     for source in sources:
-        check(source, to_state)
+        if via is None:
+            check(source, to_state)
+        else:
+            check(source, via)
+    if via is not None:
+        check(via, to_state)
     fields = fields or {}
     if state_field in fields:
         raise ValueError(f"{state_field!r} is set by the transition itself")
@@ -140,6 +147,51 @@ class Steps:
         sources = _cas(tx, check_call, CallRecord, key, "state", from_states, to_state, fields)
         data = {"call_id": call_id, "from": sources, "to": str(to_state), **(fields or {})}
         self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
+        return tx
+
+    def call_run_through(
+        self,
+        tx: Tx,
+        call: CallRecord,
+        to_state: CallState,
+        *,
+        taken: dict[str, Any],
+        fields: dict[str, Any] | None = None,
+        sensitive: Collection[str] = frozenset(),
+    ) -> Tx:
+        """Append ``call.state → executing → to_state`` as one guarded step, both events kept.
+
+        For work that is safe to redo (a read): taking it durably first, in its own step,
+        would only say who is running it, and a crash redoes it either way.  The guard is
+        what a take checks (the state, and the attempt when re-taking an orphan).
+        """
+        key = self.keys.call(call.run_id, call.call_id)
+        extra = [("attempts", str(call.attempts))] if call.state == CallState.EXECUTING else []
+        [source] = _cas(
+            tx,
+            check_call,
+            CallRecord,
+            key,
+            "state",
+            [call.state],
+            to_state,
+            {**taken, **(fields or {})},
+            extra,
+            via=CallState.EXECUTING,
+        )
+        for frm, to, data in (
+            (source, CallState.EXECUTING, taken),
+            (CallState.EXECUTING, to_state, fields or {}),
+        ):
+            self.event(
+                tx,
+                call.run_id,
+                "call.transition",
+                sensitive=sensitive,
+                call_id=call.call_id,
+                **{"from": [frm], "to": str(to)},
+                **data,
+            )
         return tx
 
     def create_call(

@@ -6,7 +6,8 @@ each decision about a single delivery sits in one short, readable place:
 * no ``d`` field, or a ``d`` that does not decode → dead letter now, with the reason;
 * delivered more than ``max_deliveries`` times without settling (its consumers kept dying
   or being stopped) → dead letter without running it again;
-* handler returned → ack (queued at once: the effect is durable, a cancellation cannot lose it);
+* handler returned → ack (queued at once: the effect is durable, a cancellation cannot lose it),
+  unless its last step carried the ack already (`Delivery.ack_with`);
 * handler raised a non-retryable `CallgateError` → dead letter now with its message;
 * anything else → left pending (logged with the traceback) for reclaim to redeliver, and
   dead-lettered once it has failed ``max_deliveries`` times.
@@ -17,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from redis.crc import key_slot
 
 from shared.config import Settings
 from shared.crashpoints import crash_point
@@ -27,17 +30,35 @@ from shared.errors import CallgateError, EnvelopeError
 from shared.keys import Keys
 from shared.logs import log_fields
 from shared.stream_redis import REDIS_ERRORS, Acker, Scripts
+from shared.tx import Tx
 
 log = logging.getLogger("callgate.streams")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
     """Where a message came from and how often it has been handed to a consumer (1 = first)."""
 
     stream: str
     message_id: str
     delivery_count: int
+    group: str = ""
+    _settled_by: Tx | None = field(default=None, repr=False)
+
+    def ack_with(self, tx: Tx) -> Tx:
+        """Settle this message inside ``tx``, the handler's last step: the XACK is written
+        with the effects, so once they are durable the message is done and the runner spends
+        no round trip on it.  Nothing durable may follow that step.  If ``tx`` does not apply
+        (a guard failed) the runner acks as usual once the handler returns."""
+        if self.group and tx.slot in (None, key_slot(self.stream.encode())):
+            tx.xack(self.stream, self.group, self.message_id)
+            self._settled_by = tx
+        return tx
+
+    @property
+    def settled(self) -> bool:
+        """Acked by the handler's own step (see `ack_with`)."""
+        return self._settled_by is not None and bool(self._settled_by.applied)
 
 
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
@@ -128,12 +149,16 @@ class MessageRunner:
             reason = f"not settled after {limit} deliveries (consumer died or was stopped)"
             await self.dead(msg, envelope, reason, count=msg.count - 1)
             return
+        delivery = Delivery(msg.stream, msg.message_id, msg.count, self._group)
         try:
-            await self._handler(envelope, Delivery(msg.stream, msg.message_id, msg.count))
+            await self._handler(envelope, delivery)
         except Exception as exc:
             await self._failed(msg, envelope, exc)
             return
         crash_point(self._before_ack)
+        if delivery.settled:
+            self.stats.handled += 1
+            return
         # The ack is queued before this await: cancelling the wait cannot lose it.
         key = (msg.stream, msg.message_id)
         self.settling.add(key)

@@ -100,6 +100,8 @@ class Tx:
         self._op_args: list[str] = []
         self.ops = 0
         self.xadds = 0
+        self.applied: bool | None = None
+        """Set when the script's reply is read (`result`): whether all of it was written."""
 
     def _key(self, key: str) -> int:
         index = self._key_index.get(key)
@@ -178,6 +180,10 @@ class Tx:
         self.xadds += 1
         return self._op("xadd", stream, flat, step=2)
 
+    def xack(self, stream: str, group: str, *message_ids: str) -> Tx:
+        """Settle delivered entries in the same step as the writes they caused."""
+        return self._op("xack", stream, [group, *message_ids])
+
     def expire(self, key: str, seconds: int) -> Tx:
         if isinstance(seconds, bool) or seconds < 1:
             raise ValueError(f"expire needs a positive number of seconds, not {seconds!r}")
@@ -207,6 +213,7 @@ class Tx:
         """Read the script's reply for this Tx."""
         if not isinstance(reply, list) or not reply:
             raise TxRejectedError(f"unexpected script reply {reply!r:.200}")
+        self.applied = reply[0] == 1
         if reply[0] == 1:
             ids = reply[1]
             assert isinstance(ids, list)

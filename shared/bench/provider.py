@@ -51,9 +51,9 @@ class ModelClock:
         self._key = Keys(settings.key_prefix, settings.partitions).bench(MODEL_LOG)
         self._answered_ns: int | None = None
 
-    async def arrived(self, first_turn: bool) -> None:
-        """A request reached the model; its run's first turn closes no round trip."""
-        arrived_ns = time.monotonic_ns()
+    async def arrived(self, arrived_ns: int, first_turn: bool) -> None:
+        """A request reached the model at ``arrived_ns``; a run's first turn closes no round
+        trip."""
         if self._answered_ns is not None and not first_turn:
             fields = {"answered_ns": self._answered_ns, "arrived_ns": arrived_ns}
             await self._redis.xadd(self._key, fields)
@@ -73,7 +73,10 @@ class InProcessModel:
     async def answer(self, wire: Wire, request: JsonDict) -> JsonDict:
         """The non-stream response body the server would send, or its error as the SDK's."""
         if self._clock is not None:
-            await self._clock.arrived(wire.conversation(request).assistant_turns == 0)
+            # Stamped before the model reads the request: reading it is the model's time.
+            arrived_ns = time.monotonic_ns()
+            first_turn = wire.conversation(request).assistant_turns == 0
+            await self._clock.arrived(arrived_ns, first_turn)
         try:
             return self._answer(wire, request)
         finally:

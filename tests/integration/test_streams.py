@@ -23,7 +23,9 @@ from shared.config import Settings
 from shared.embedded_redis import EmbeddedRedis
 from shared.envelopes import Envelope, TurnRequest, encode
 from shared.keys import Keys
+from shared.store import Ledger
 from shared.streams import DeadLetter, Delivery, Handler, StreamWorker
+from shared.tx import Tx
 from tests.integration.stream_worker_proc import ledger_handler, stream_name, tkey
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -411,6 +413,38 @@ async def test_acks_of_messages_finishing_together_share_one_round_trip(
     assert await xack_calls() - before == 1  # measured on the server
     assert w.stats.ack_round_trips == 1
     assert await pending(redis, settings) == 0
+
+
+async def test_a_step_that_carries_the_ack_settles_its_message_with_no_ack_round_trip(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """`Delivery.ack_with`: the XACK is written with the effects; a step whose guard fails
+    writes neither, and the runner acks that message itself."""
+    for reason in ("write", "write", "stale"):
+        await send(redis, settings, reason)
+    ledger = Ledger(redis, Keys(settings.key_prefix), settings)
+    marker = f"{Keys(settings.key_prefix).tag(0)}:marker"
+
+    async def handler(envelope: Envelope, delivery: Delivery) -> None:
+        assert isinstance(envelope, TurnRequest)
+        tx = Tx().rpush(marker, envelope.msg_id)
+        if envelope.reason == "stale":
+            tx.expect(marker + ":absent", "state", "never")
+        applied = (await ledger.apply(delivery.ack_with(tx))).ok
+        assert applied == (envelope.reason != "stale")
+        still_pending = await redis.xpending_range(
+            delivery.stream, GROUP, delivery.message_id, delivery.message_id, 1
+        )
+        settled_by_step.append(not still_pending)
+
+    settled_by_step: list[bool] = []
+    w = worker(redis, settings, handler)
+    assert await w.run_burst() == 3
+    assert sorted(settled_by_step) == [False, True, True]
+    assert w.stats.ack_round_trips == 1  # the stale one only
+    assert await pending(redis, settings) == 0
+    assert await redis.llen(marker) == 2  # type: ignore[misc]
+    await ledger.aclose()
 
 
 async def test_burst_returns_once_everything_is_handled(
