@@ -1,10 +1,12 @@
 """executor worker: runs allowed and approved calls, each exactly once per decision.
 
-Taking a call is a compare-and-set (``allowed|approved → executing``, attempt n → n+1), so a
+Taking a write is a compare-and-set (``allowed|approved → executing``, attempt n → n+1), so a
 redelivered message never starts a second execution while the first is alive.  A message
-redelivered because its executor died finds the call still ``executing``: a read is redone,
-an idempotent write is retried with the same operation id, and a write becomes ``unknown``
-and goes to the reconciler — never replayed (DESIGN §8).  A lost answer (timeout, dropped
+redelivered because its executor died finds the call still ``executing``: an idempotent
+write is retried with the same operation id, and a write becomes ``unknown`` and goes to the
+reconciler — never replayed (DESIGN §8).  A read is safe to redo, so it is not taken first:
+it runs, then ``allowed → executing → outcome`` is one guarded step (a racing duplicate's
+step finds the call settled and writes nothing).  A lost answer (timeout, dropped
 connection) fails a read with an explicit error and makes any write ``unknown``.
 """
 
