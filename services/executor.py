@@ -21,14 +21,14 @@ from typing import Any
 import aiohttp
 
 from shared.crashpoints import crash_point
-from shared.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
+from shared.envelopes import CallResult, Envelope, ExecRequest, ReadOrder, ReconcileRequest
 from shared.errors import EnvelopeError, NotFoundError, ToolError
 from shared.logs import log_fields
 from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState
 from shared.streams import Delivery, Handler
-from shared.tools import Effect, Tool, call_context, load_registry
+from shared.tools import Effect, Identity, Tool, ToolContext, call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.executor")
@@ -56,6 +56,13 @@ class Executor:
                 raise EnvelopeError(f"executor does not handle {message.kind!r}")
 
     async def on_exec(self, message: ExecRequest, delivery: Delivery) -> None:
+        if message.read is not None:
+            tool = _ordered_tool(message.read)
+            if tool is not None:
+                await self._read(
+                    _Read.ordered(message, message.read), tool, message.chain, delivery
+                )
+                return
         run, [call] = await self.ledger.run_and_calls(message.run_id, [message.call_id])
         if call is None or run is None:
             raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
@@ -69,7 +76,7 @@ class Executor:
             return  # done already: its outcome and the next message were written together
         attempt = call.attempts + 1
         if tool.effect is Effect.READ and call.approval_id is None:
-            await self._read(run, call, tool, attempt, message.chain, delivery)
+            await self._read(_Read.recorded(run, call), tool, message.chain, delivery)
             return
         if not await self._take(call, attempt):
             return
@@ -78,36 +85,44 @@ class Executor:
         if broken is not None:
             outcome = Outcome(CallState.FAILED, error_result("approval_mismatch", broken))
         else:
-            outcome = await self._execute(run, call, tool, attempt)
+            ctx = call_context(run, call, self.session, attempt)
+            op_id = call.operation_id or call.call_id
+            outcome = await self._execute(ctx, tool, call.arguments or {}, op_id)
         crash_point("executor.after_request")
         await self._record(call, attempt, outcome, message.chain, tool.sensitive_fields, delivery)
         crash_point("executor.after_persist")
 
     async def _read(
-        self,
-        run: RunRecord,
-        call: CallRecord,
-        tool: Tool[Any],
-        attempt: int,
-        chain: tuple[str, ...],
-        delivery: Delivery,
+        self, read: _Read, tool: Tool[Any], chain: tuple[str, ...], delivery: Delivery
     ) -> None:
         """A read runs first and is taken and settled in one step: redoing it is harmless,
         so a separate durable take would only cost a round trip on every tool call."""
         crash_point("executor.after_take")
-        outcome = await self._execute(run, call, tool, attempt)
+        attempt = read.attempts + 1
+        ctx = ToolContext(
+            run_id=read.run_id,
+            call_id=read.call_id,
+            turn=read.turn,
+            identity=Identity.model_validate(read.identity),
+            session=self.session,
+            attempt=attempt,
+        )
+        outcome = await self._execute(ctx, tool, read.arguments, read.call_id)
         crash_point("executor.after_request")
         tx = Tx()
         fields: dict[str, Any] = {} if outcome.result is None else {"result": outcome.result}
         self.ledger.call_run_through(
             tx,
-            call,
+            read.run_id,
+            read.call_id,
+            read.state,
             outcome.state,
+            attempts=read.attempts,
             taken=self._taken(attempt),
             fields=fields,
             sensitive=tool.sensitive_fields,
         )
-        self._report(tx, call, outcome.state, chain)
+        self._report(tx, read.run_id, read.turn, read.call_id, outcome.state, chain)
         await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
         crash_point("executor.after_persist")
 
@@ -146,15 +161,12 @@ class Executor:
         return None
 
     async def _execute(
-        self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
+        self, ctx: ToolContext, tool: Tool[Any], arguments: dict[str, Any], operation_id: str
     ) -> Outcome:
-        ctx = call_context(run, call, self.session, attempt)
-        args = tool.validate(call.arguments or {})
+        args = tool.validate(arguments)
         started = time.perf_counter()
         try:
-            payload = await asyncio.wait_for(
-                tool.execute(ctx, args, call.operation_id or call.call_id), tool.timeout_s
-            )
+            payload = await asyncio.wait_for(tool.execute(ctx, args, operation_id), tool.timeout_s)
             return Outcome(CallState.SUCCEEDED, ok_result(payload))
         except ToolError as exc:
             return Outcome(CallState.FAILED, error_result(exc.code, exc.message))
@@ -176,10 +188,10 @@ class Executor:
             log.debug(
                 "executed",
                 extra=log_fields(
-                    run_id=call.run_id,
-                    call_id=call.call_id,
+                    run_id=ctx.run_id,
+                    call_id=ctx.call_id,
                     tool=tool.name,
-                    attempt=attempt,
+                    attempt=ctx.attempt,
                     elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
                 ),
             )
@@ -220,21 +232,29 @@ class Executor:
                 ),
             )
         else:
-            self._report(tx, call, outcome.state, chain)
+            self._report(tx, call.run_id, call.turn, call.call_id, outcome.state, chain)
         await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
 
-    def _report(self, tx: Tx, call: CallRecord, state: CallState, chain: tuple[str, ...]) -> None:
+    def _report(
+        self,
+        tx: Tx,
+        run_id: str,
+        turn: int,
+        call_id: str,
+        state: CallState,
+        chain: tuple[str, ...],
+    ) -> None:
         keys = self.rt.keys
         self.ledger.outbox(
             tx,
-            keys.run_stream("results", call.run_id),
-            CallResult(run_id=call.run_id, turn=call.turn, call_id=call.call_id, state=state.value),
+            keys.run_stream("results", run_id),
+            CallResult(run_id=run_id, turn=turn, call_id=call_id, state=state.value),
         )
         if chain:
             self.ledger.outbox(
                 tx,
-                keys.run_stream("exec", call.run_id),
-                ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]),
+                keys.run_stream("exec", run_id),
+                ExecRequest(run_id=run_id, turn=turn, call_id=chain[0], chain=chain[1:]),
             )
 
     async def _orphaned_write(
@@ -259,6 +279,52 @@ class Executor:
             ),
         )
         await self.ledger.apply(delivery.ack_with(tx))
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A read to run, from its exec message's `ReadOrder` or from the ledger's records."""
+
+    run_id: str
+    call_id: str
+    turn: int
+    state: CallState
+    attempts: int
+    arguments: dict[str, Any]
+    identity: dict[str, Any]
+
+    @classmethod
+    def ordered(cls, message: ExecRequest, order: ReadOrder) -> _Read:
+        return cls(
+            message.run_id,
+            message.call_id,
+            message.turn,
+            CallState.ALLOWED,
+            0,
+            order.arguments,
+            order.identity,
+        )
+
+    @classmethod
+    def recorded(cls, run: RunRecord, call: CallRecord) -> _Read:
+        return cls(
+            call.run_id,
+            call.call_id,
+            call.turn,
+            call.state,
+            call.attempts,
+            call.arguments or {},
+            run.identity,
+        )
+
+
+def _ordered_tool(order: ReadOrder) -> Tool[Any] | None:
+    """The tool an order names if it is still that read here, else None (the ledger path
+    then decides, e.g. after a deploy changed the tool)."""
+    tool = load_registry(order.tool_modules).get(order.tool)
+    if tool is None or tool.version != order.tool_version or tool.effect is not Effect.READ:
+        return None
+    return tool
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

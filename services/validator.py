@@ -24,6 +24,7 @@ from shared.envelopes import (
     ApprovalDecision,
     ApprovalExpired,
     Envelope,
+    ReadOrder,
     ValidateRequest,
     new_id,
 )
@@ -35,7 +36,7 @@ from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.store import now_ms, require_calls
 from shared.streams import Delivery, Handler
-from shared.tools import call_context, load_registry
+from shared.tools import Effect, call_context, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.validator")
@@ -83,7 +84,7 @@ class Validator:
             self._record_decision(tx, run, call, decision, approval)
             if approval is not None:
                 approvals.append(approval)
-            decided.append(_decided(call, decision))
+            decided.append(_decided(run, call, decision))
         hold = bool(approvals) and run.batch_policy == "hold_effects"
         to_state = RunState.PAUSED_APPROVAL if approvals else RunState.EXECUTING
         self.ledger.run_transition(
@@ -215,13 +216,23 @@ def _resource(d: Decision) -> str | None:
     return d.tool.resource_of(d.tool.validate(d.arguments or {}))
 
 
-def _decided(call: CallRecord, d: Decision) -> Decided:
+def _decided(run: RunRecord, call: CallRecord, d: Decision) -> Decided:
+    read = None
+    if d.outcome == "allowed" and d.tool is not None and d.tool.effect is Effect.READ:
+        read = ReadOrder(
+            tool=d.tool.name,
+            tool_version=d.tool.version,
+            tool_modules=tuple(run.tool_modules),
+            arguments=dict(d.arguments or {}),
+            identity=dict(run.identity),
+        )
     return Decided(
         call.call_id,
         call.index,
         _TARGET[d.outcome],
         is_write=d.tool is not None and d.tool.is_write,
         resource_key=_resource(d),
+        read=read,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.envelopes import CallResult, ExecRequest
+from shared.envelopes import CallResult, ExecRequest, ReadOrder
 from shared.states import CallState
 from shared.store import Ledger
 from shared.tx import Tx
@@ -28,6 +28,8 @@ class Decided:
     state: CallState
     is_write: bool
     resource_key: str | None
+    read: ReadOrder | None = None
+    """An allowed read's order, sent with its exec message (see `ReadOrder`)."""
 
 
 def dispatch(
@@ -54,7 +56,7 @@ def dispatch(
             ledger.outbox(
                 tx,
                 keys.run_stream("exec", run_id),
-                ExecRequest(run_id=run_id, turn=turn, call_id=call.call_id),
+                ExecRequest(run_id=run_id, turn=turn, call_id=call.call_id, read=call.read),
             )
         elif call.state in RUNNABLE and call.is_write and writes:
             chains.setdefault(call.resource_key or "", []).append(call.call_id)

@@ -9,7 +9,7 @@ the stream loop turns into a dead letter with the reason.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -58,12 +58,29 @@ class ValidateRequest(_Envelope):
     """The turn's calls, in provider order."""
 
 
+class ReadOrder(BaseModel):
+    """An allowed read as the validator decided it, written in the same step as the decision:
+    all an executor needs to run it without reading the ledger first (its outcome step is
+    still guarded on the call being ``allowed``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    tool: str = Field(min_length=1, max_length=128)
+    tool_version: str = Field(min_length=1, max_length=64)
+    tool_modules: tuple[str, ...]
+    arguments: dict[str, Any]
+    identity: dict[str, Any]
+
+
 class ExecRequest(_CallEnvelope):
     """Ask an executor to run one allowed or approved call."""
 
     kind: Literal["exec_request"] = "exec_request"
     chain: tuple[str, ...] = ()
     """Calls on the same resource to run after this one, in order, once it is terminal."""
+    read: ReadOrder | None = None
+    """Set for an allowed read (`ReadOrder`); writes and approved calls are read from the
+    ledger, where their take and approval binding are checked."""
 
 
 class CallResult(_CallEnvelope):

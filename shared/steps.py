@@ -152,28 +152,31 @@ class Steps:
     def call_run_through(
         self,
         tx: Tx,
-        call: CallRecord,
+        run_id: str,
+        call_id: str,
+        from_state: CallState,
         to_state: CallState,
         *,
+        attempts: int,
         taken: dict[str, Any],
         fields: dict[str, Any] | None = None,
         sensitive: Collection[str] = frozenset(),
     ) -> Tx:
-        """Append ``call.state → executing → to_state`` as one guarded step, both events kept.
+        """Append ``from_state → executing → to_state`` as one guarded step, both events kept.
 
         For work that is safe to redo (a read): taking it durably first, in its own step,
         would only say who is running it, and a crash redoes it either way.  The guard is
         what a take checks (the state, and the attempt when re-taking an orphan).
         """
-        key = self.keys.call(call.run_id, call.call_id)
-        extra = [("attempts", str(call.attempts))] if call.state == CallState.EXECUTING else []
+        key = self.keys.call(run_id, call_id)
+        extra = [("attempts", str(attempts))] if from_state == CallState.EXECUTING else []
         [source] = _cas(
             tx,
             check_call,
             CallRecord,
             key,
             "state",
-            [call.state],
+            [from_state],
             to_state,
             {**taken, **(fields or {})},
             extra,
@@ -185,10 +188,10 @@ class Steps:
         ):
             self.event(
                 tx,
-                call.run_id,
+                run_id,
                 "call.transition",
                 sensitive=sensitive,
-                call_id=call.call_id,
+                call_id=call_id,
                 **{"from": [frm], "to": str(to)},
                 **data,
             )

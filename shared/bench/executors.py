@@ -18,7 +18,7 @@ from typing import Any
 
 from shared.bench.harness import NO_WORKERS, Deployment
 from shared.bench.tools import MODULE as TOOLS_MODULE
-from shared.envelopes import ExecRequest, decode, encode, new_id
+from shared.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
 from shared.records import CallRecord, RunRecord
 from shared.service import consumer_name
 from shared.stack import Progress
@@ -64,12 +64,16 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
 
 
 async def send(deployment: Deployment, calls: list[Call]) -> float:
-    """Put every call's exec message on the stream in one pipeline; wall time before."""
+    """Put every call's exec message on the stream in one pipeline, each with its read order
+    as the validator writes it; wall time before."""
     assert deployment.redis is not None
     started = time.time()
     pipe = deployment.redis.pipeline(transaction=False)
     for run_id, call_id in calls:
-        message = ExecRequest(run_id=run_id, turn=1, call_id=call_id)
+        index = call_id.rsplit(".", 1)[1]
+        order = ReadOrder(tool="bench_sleep", tool_version="1", tool_modules=(TOOLS_MODULE,),
+                          arguments={"key": f"k{index}"}, identity={"user": "bench"})
+        message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=order)
         pipe.xadd(deployment.keys.run_stream("exec", run_id), {"d": encode(message)})
     await pipe.execute()
     return started

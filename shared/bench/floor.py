@@ -32,6 +32,7 @@ from shared.config import Settings
 from shared.envelopes import (
     CallResult,
     ExecRequest,
+    ReadOrder,
     TurnRequest,
     ValidateRequest,
     encode,
@@ -70,7 +71,20 @@ def payloads() -> dict[str, bytes]:
     return {
         "turns": encode(TurnRequest(run_id=run_id, turn=12, reason="next")),
         "validate": encode(ValidateRequest(run_id=run_id, turn=12, call_ids=("t12.0",))),
-        "exec": encode(ExecRequest(run_id=run_id, turn=12, call_id="t12.0")),
+        "exec": encode(
+            ExecRequest(
+                run_id=run_id,
+                turn=12,
+                call_id="t12.0",
+                read=ReadOrder(
+                    tool="bench_read",
+                    tool_version="1",
+                    tool_modules=("shared.bench.tools",),
+                    arguments={"key": "k12"},
+                    identity={"user": "bench"},
+                ),
+            )
+        ),
         "results": encode(
             CallResult(run_id=run_id, turn=12, call_id="t12.0", state="succeeded")
         ),

@@ -1,0 +1,138 @@
+"""The executor's read path against a real Redis: an allowed read runs from the order its
+exec message carries, is taken and settled (and its message acked) in one step, and an order
+that no longer matches the ledger changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from services.executor import Executor
+from shared.bench.tools import MODULE as BENCH_TOOLS
+from shared.config import Settings
+from shared.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
+from shared.records import CallRecord, RunRecord
+from shared.service import Runtime, build_runtime
+from shared.states import CallState, RunState
+from shared.stream_redis import ensure_groups
+from shared.streams import Delivery
+
+GROUP = "executor"
+
+
+@pytest.fixture
+async def executor(settings: Settings) -> AsyncIterator[Executor]:
+    runtime = build_runtime("executor", settings)
+    async with aiohttp.ClientSession() as session:
+        yield Executor(runtime, session)
+    await runtime.close()
+
+
+async def _allowed_read(rt: Runtime, ledger_key: str) -> tuple[str, str]:
+    run_id = f"run-{new_id()}"
+    run = RunRecord(
+        run_id=run_id, status=RunState.EXECUTING, api="openai-chat", model="m", input="i",
+        turn=1, identity={"user": "alice"}, tool_modules=[BENCH_TOOLS],
+    )  # fmt: skip
+    call = CallRecord(
+        run_id=run_id, call_id="t1.0", turn=1, index=0, provider_call_id="call_1",
+        tool="bench_read", tool_version="1", arguments={"key": ledger_key},
+        raw_arguments="{}", effect="read", state=CallState.ALLOWED, decision="allowed",
+    )  # fmt: skip
+    tx = rt.ledger.new_run(run)
+    rt.ledger.create_call(tx, call)
+    assert (await rt.ledger.apply(tx)).ok
+    return run_id, call.call_id
+
+
+def _order(key: str, version: str = "1") -> ReadOrder:
+    return ReadOrder(
+        tool="bench_read", tool_version=version, tool_modules=(BENCH_TOOLS,),
+        arguments={"key": key}, identity={"user": "alice"},
+    )  # fmt: skip
+
+
+async def _deliver(rt: Runtime, message: ExecRequest) -> Delivery:
+    """Put ``message`` on its stream and read it as the executor group would."""
+    stream = rt.keys.run_stream("exec", message.run_id)
+    await ensure_groups(rt.redis, GROUP, [stream])
+    await rt.redis.xadd(stream, {"d": encode(message)})
+    [[_, [(message_id, _)]]] = await rt.redis.xreadgroup(GROUP, "c", {stream: ">"}, count=1)
+    return Delivery(stream, message_id.decode(), 1, GROUP)
+
+
+async def _results(rt: Runtime, run_id: str) -> list[str]:
+    entries = await rt.redis.xrange(rt.keys.run_stream("results", run_id))
+    return [decode(fields[b"d"]).msg_id for _, fields in entries]
+
+
+async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
+    executor: Executor,
+) -> None:
+    rt = executor.rt
+    run_id, call_id = await _allowed_read(rt, "from-ledger")
+    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("from-order"))
+    delivery = await _deliver(rt, message)
+
+    await executor.handle(message, delivery)
+
+    call = await rt.ledger.get_call(run_id, call_id)
+    assert call is not None and call.state == CallState.SUCCEEDED
+    # The arguments came from the order, i.e. nothing was read from the ledger first.
+    assert call.result == {
+        "status": "ok",
+        "payload": {"key": "from-order", "value": "value of from-order"},
+    }
+    assert call.attempts == 1 and call.executor == rt.consumer
+    moves = [
+        (e.data["from"], e.data["to"])
+        for e in await rt.ledger.events(run_id)
+        if e.type == "call.transition"
+    ]
+    assert moves == [(["allowed"], "executing"), (["executing"], "succeeded")]
+    assert delivery.settled
+    assert (await rt.redis.xpending(delivery.stream, GROUP))["pending"] == 0
+    assert len(await _results(rt, run_id)) == 1
+
+
+async def test_an_order_for_a_call_already_settled_writes_nothing(executor: Executor) -> None:
+    rt = executor.rt
+    run_id, call_id = await _allowed_read(rt, "k")
+    first = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("first"))
+    await executor.handle(first, await _deliver(rt, first))
+    again = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("second"))
+    delivery = await _deliver(rt, again)
+
+    await executor.handle(again, delivery)
+
+    call = await rt.ledger.get_call(run_id, call_id)
+    assert call is not None and call.result is not None
+    assert call.result["payload"]["key"] == "first"
+    assert len(await _results(rt, run_id)) == 1
+    assert not delivery.settled  # the step did not apply: the runner acks it
+
+
+async def test_an_order_naming_another_tool_version_falls_back_to_the_ledger(
+    executor: Executor,
+) -> None:
+    rt = executor.rt
+    run_id, call_id = await _allowed_read(rt, "from-ledger")
+    message = ExecRequest(
+        run_id=run_id, turn=1, call_id=call_id, read=_order("from-order", version="0")
+    )
+    await executor.handle(message, await _deliver(rt, message))
+
+    call = await rt.ledger.get_call(run_id, call_id)
+    assert call is not None and call.result is not None
+    assert call.result["payload"]["key"] == "from-ledger"
+
+
+def test_a_read_order_is_only_what_its_fields_say() -> None:
+    """Strict like every envelope: a forged extra field or a wrong type does not decode."""
+    good = ExecRequest(run_id="r", turn=1, call_id="c", read=_order("k"))
+    assert decode(encode(good)) == good
+    raw = encode(good).replace(b'"identity":', b'"admin":true,"identity":')
+    with pytest.raises(Exception, match="admin"):
+        decode(raw)
