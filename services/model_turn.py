@@ -54,6 +54,9 @@ log = logging.getLogger("callgate.model_turn")
 TURNS_REMEMBERED = 10_000
 """Turns in flight whose call ids a model_turn process keeps (a few hundred bytes each); a
 turn is forgotten once its results went back, the oldest first beyond this many."""
+HISTORIES_REMEMBERED = 1_000
+"""Runs whose history a model_turn process carries from one turn to the next it requested
+(see `ModelTurn._carry`), the oldest first beyond this many."""
 WAITING_FOR_RESULTS = (
     RunState.VALIDATING,
     RunState.EXECUTING,
@@ -74,6 +77,11 @@ class ModelTurn:
         self._turn_calls: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
         """(run, turn) → its call ids, for the turns created here: a turn's call list is
         written once, so this can never go stale, and each result saves a round trip."""
+        self._carried: OrderedDict[tuple[str, int], tuple[RunRecord | None, list[bytes]]] = (
+            OrderedDict()
+        )
+        """(run, turn) → the run as this process left it and its history, for a turn it
+        started (run None: results still due) or requested (see `_carry`)."""
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
@@ -101,10 +109,14 @@ class ModelTurn:
     # -- a turn ---------------------------------------------------------------------------
 
     async def on_turn_request(self, message: TurnRequest, delivery: Delivery) -> None:
-        found, history = await self.ledger.run_and_history(message.run_id)
+        carried = self._carried.pop((message.run_id, message.turn), (None, []))
+        found, raw_history = carried
+        if found is None:
+            found, raw_history = await self.ledger.run_and_history(message.run_id)
         run = _exists(message.run_id, found)
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
             return  # stale or duplicate: the turn was taken already
+        history = [orjson.loads(item) for item in raw_history]
         ended = budget_end(run, now_ms())
         if ended is not None:
             await self._finish(run, Finish(RunState.HANDED_OFF, reason=ended), None, delivery)
@@ -142,7 +154,7 @@ class ModelTurn:
             case Finish():
                 await self._finish(run, step, outcome, delivery)
             case StartCalls():
-                await self._start_calls(run, step, outcome, delivery)
+                await self._start_calls(run, step, outcome, delivery, raw_history)
             case AskToFix():
                 await self._ask_to_fix(run, step, outcome, adapter, delivery)
             case _:
@@ -196,7 +208,12 @@ class ModelTurn:
         await self.ledger.apply(delivery.ack_with(tx))
 
     async def _start_calls(
-        self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
+        self,
+        run: RunRecord,
+        step: StartCalls,
+        outcome: TurnOutcome,
+        delivery: Delivery,
+        history: list[bytes],
     ) -> None:
         keys = self.rt.keys
         tx = self._turn_tx(run, outcome)
@@ -218,7 +235,8 @@ class ModelTurn:
             call_ids.append(record.call_id)
             self.ledger.create_call(tx, record)
         tx.rpush(keys.turn_calls(run.run_id, run.turn), *call_ids)
-        tx.rpush(keys.history(run.run_id), *_items(outcome.record.assistant_items))
+        assistant_items = _items(outcome.record.assistant_items)
+        tx.rpush(keys.history(run.run_id), *assistant_items)
         self.ledger.run_transition(
             tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING, expect_turn=run.turn
         )
@@ -230,6 +248,7 @@ class ModelTurn:
         result = await self.ledger.apply(delivery.ack_with(tx))
         if result.ok:
             self._remember(run.run_id, run.turn, call_ids)
+            self._carry(run.run_id, run.turn, None, [*history, *assistant_items])
         elif result.failed and result.failed.key == keys.provider_calls(run.run_id):
             await self._refuse_reused_ids(run, step, outcome, delivery)
 
@@ -237,6 +256,20 @@ class ModelTurn:
         self._turn_calls[(run_id, turn)] = call_ids
         if len(self._turn_calls) > TURNS_REMEMBERED:
             self._turn_calls.popitem(last=False)
+
+    def _carry(self, run_id: str, turn: int, run: RunRecord | None, history: list[bytes]) -> None:
+        """Keep what this process just wrote for the turn's next step, so that step need not
+        read it back.
+
+        The history is append-only and only model_turn's guarded steps append to it, so the
+        items written here are exactly what Redis holds after them.  The run record is the
+        one read for the results, with what the step changed.  Another worker may still move
+        the run on (a cancellation, an expiry); the turn's own step is guarded on the run's
+        status and turn, so such a race costs at most a model call whose answer is dropped.
+        """
+        self._carried[(run_id, turn)] = (run, history)
+        if len(self._carried) > HISTORIES_REMEMBERED:
+            self._carried.popitem(last=False)
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
@@ -261,7 +294,7 @@ class ModelTurn:
     ) -> None:
         tx = self._turn_tx(run, outcome)
         items = [*outcome.record.assistant_items, *adapter.correction_items(step.message)]
-        self._advance(tx, run, items, reason="fix_answer")
+        self._advance(tx, run, _items(items), reason="fix_answer")
         self.ledger.event(tx, run.run_id, "answer.rejected", turn=run.turn, reason=step.message)
         await self.ledger.apply(delivery.ack_with(tx))
 
@@ -286,11 +319,11 @@ class ModelTurn:
             ),
         )
 
-    def _advance(self, tx: Tx, run: RunRecord, items: list[dict[str, object]], reason: str) -> None:
+    def _advance(self, tx: Tx, run: RunRecord, items: list[bytes], reason: str) -> None:
         """Append ``items`` to the history and request the next turn, guarded on this turn."""
         keys = self.rt.keys
         if items:
-            tx.rpush(keys.history(run.run_id), *_items(items))
+            tx.rpush(keys.history(run.run_id), *items)
         sources = (
             [run.status] if run.status != RunState.AWAITING_MODEL else [RunState.AWAITING_MODEL]
         )
@@ -351,12 +384,18 @@ class ModelTurn:
                 await self.ledger.apply(delivery.ack_with(tx))
             case NextTurn(calls=ordered):
                 adapter = self.adapter(run.api)
-                results = [_result_input(call) for call in ordered]
+                results = _items(adapter.result_items([_result_input(c) for c in ordered]))
                 tx = Tx()
-                self._advance(tx, run, adapter.result_items(results), reason="next")
+                self._advance(tx, run, results, reason="next")
                 result = await self.ledger.apply(delivery.ack_with(tx))
                 self._turn_calls.pop((run.run_id, run.turn), None)  # the turn is over
+                _, history = self._carried.pop((run.run_id, run.turn), (None, None))
                 if result.ok:
+                    if history is not None:
+                        advanced = run.model_copy(
+                            update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1}
+                        )
+                        self._carry(run.run_id, run.turn + 1, advanced, [*history, *results])
                     crash_point("model_turn.after_outbox")
             case _:
                 assert_never(step)

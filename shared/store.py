@@ -52,6 +52,7 @@ __all__ = [
 APPLY_LUA = (resources.files("shared.lua") / "apply.lua").read_text(encoding="utf-8")
 APPLY_SHA = hashlib.sha1(APPLY_LUA.encode()).hexdigest()
 
+
 @contextmanager
 def redis_errors() -> Iterator[None]:
     """Map "the store did not answer" to `RedisUnavailableError` (retryable), once."""
@@ -148,13 +149,12 @@ class Ledger(Steps):
         run = RunRecord.from_hash(raw_run) if raw_run else None
         return run, [CallRecord.from_hash(raw) if raw else None for raw in raws]
 
-    async def run_and_history(self, run_id: str) -> tuple[RunRecord | None, list[dict[str, Any]]]:
-        """The run and its provider-native history, in one round trip."""
+    async def run_and_history(self, run_id: str) -> tuple[RunRecord | None, list[bytes]]:
+        """The run and its provider-native history (one JSON item each), in one round trip."""
         raw_run, items = await self._reads(
             [("hgetall", self.keys.run(run_id)), ("lrange", self.keys.history(run_id), 0, -1)]
         )
-        run = RunRecord.from_hash(raw_run) if raw_run else None
-        return run, [orjson.loads(item) for item in items]
+        return (RunRecord.from_hash(raw_run) if raw_run else None), list(items)
 
     async def run_and_turn_calls(
         self, run_id: str, turn: int
