@@ -21,6 +21,7 @@ from shared.acceptance import check_acceptance
 from shared.crashpoints import crash_point
 from shared.envelopes import CallResult, Envelope, TurnRequest, ValidateRequest
 from shared.errors import EnvelopeError, NotFoundError
+from shared.history_carry import HistoryCarry
 from shared.logs import log_fields
 from shared.loop import (
     AskToFix,
@@ -55,8 +56,8 @@ TURNS_REMEMBERED = 10_000
 """Turns in flight whose call ids a model_turn process keeps (a few hundred bytes each); a
 turn is forgotten once its results went back, the oldest first beyond this many."""
 HISTORIES_REMEMBERED = 1_000
-"""Runs whose history a model_turn process carries from one turn to the next it requested
-(see `ModelTurn._carry`), the oldest first beyond this many."""
+"""Turns whose history a model_turn process carries to their next step (`HistoryCarry`),
+the oldest first beyond this many."""
 WAITING_FOR_RESULTS = (
     RunState.VALIDATING,
     RunState.EXECUTING,
@@ -77,11 +78,7 @@ class ModelTurn:
         self._turn_calls: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
         """(run, turn) → its call ids, for the turns created here: a turn's call list is
         written once, so this can never go stale, and each result saves a round trip."""
-        self._carried: OrderedDict[tuple[str, int], tuple[RunRecord | None, list[bytes]]] = (
-            OrderedDict()
-        )
-        """(run, turn) → the run as this process left it and its history, for a turn it
-        started (run None: results still due) or requested (see `_carry`)."""
+        self._carry = HistoryCarry(HISTORIES_REMEMBERED)
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
@@ -109,9 +106,10 @@ class ModelTurn:
     # -- a turn ---------------------------------------------------------------------------
 
     async def on_turn_request(self, message: TurnRequest, delivery: Delivery) -> None:
-        carried = self._carried.pop((message.run_id, message.turn), (None, []))
-        found, raw_history = carried
-        if found is None:
+        carried = self._carry.requested.take((message.run_id, message.turn))
+        if carried is not None:
+            found, raw_history = carried
+        else:
             found, raw_history = await self.ledger.run_and_history(message.run_id)
         run = _exists(message.run_id, found)
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
@@ -245,10 +243,15 @@ class ModelTurn:
             keys.run_stream("validate", run.run_id),
             ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
         )
-        result = await self.ledger.apply(delivery.ack_with(tx))
+        key = (run.run_id, run.turn)
+        carried = self._carry.started.put(key, [*history, *assistant_items])
+        try:
+            result = await self.ledger.apply(delivery.ack_with(tx))
+        finally:
+            if not tx.applied:
+                self._carry.started.drop(key, carried)
         if result.ok:
             self._remember(run.run_id, run.turn, call_ids)
-            self._carry(run.run_id, run.turn, None, [*history, *assistant_items])
         elif result.failed and result.failed.key == keys.provider_calls(run.run_id):
             await self._refuse_reused_ids(run, step, outcome, delivery)
 
@@ -256,20 +259,6 @@ class ModelTurn:
         self._turn_calls[(run_id, turn)] = call_ids
         if len(self._turn_calls) > TURNS_REMEMBERED:
             self._turn_calls.popitem(last=False)
-
-    def _carry(self, run_id: str, turn: int, run: RunRecord | None, history: list[bytes]) -> None:
-        """Keep what this process just wrote for the turn's next step, so that step need not
-        read it back.
-
-        The history is append-only and only model_turn's guarded steps append to it, so the
-        items written here are exactly what Redis holds after them.  The run record is the
-        one read for the results, with what the step changed.  Another worker may still move
-        the run on (a cancellation, an expiry); the turn's own step is guarded on the run's
-        status and turn, so such a race costs at most a model call whose answer is dropped.
-        """
-        self._carried[(run_id, turn)] = (run, history)
-        if len(self._carried) > HISTORIES_REMEMBERED:
-            self._carried.popitem(last=False)
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
@@ -387,18 +376,31 @@ class ModelTurn:
                 results = _items(adapter.result_items([_result_input(c) for c in ordered]))
                 tx = Tx()
                 self._advance(tx, run, results, reason="next")
-                result = await self.ledger.apply(delivery.ack_with(tx))
+                next_key = (run.run_id, run.turn + 1)
+                carried = self._carry_results(run, results)
+                try:
+                    result = await self.ledger.apply(delivery.ack_with(tx))
+                finally:
+                    if carried is not None and not tx.applied:
+                        self._carry.requested.drop(next_key, carried)
                 self._turn_calls.pop((run.run_id, run.turn), None)  # the turn is over
-                _, history = self._carried.pop((run.run_id, run.turn), (None, None))
                 if result.ok:
-                    if history is not None:
-                        advanced = run.model_copy(
-                            update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1}
-                        )
-                        self._carry(run.run_id, run.turn + 1, advanced, [*history, *results])
                     crash_point("model_turn.after_outbox")
             case _:
                 assert_never(step)
+
+    def _carry_results(
+        self, run: RunRecord, results: list[bytes]
+    ) -> tuple[RunRecord, list[bytes]] | None:
+        """Hand the next turn request the run and history this step leaves, if the turn's
+        history is known here (`HistoryCarry`)."""
+        history = self._carry.started.take((run.run_id, run.turn))
+        if history is None:
+            return None
+        advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1})
+        return self._carry.requested.put(
+            (run.run_id, run.turn + 1), (advanced, [*history, *results])
+        )
 
 
 def _exists(run_id: str, run: RunRecord | None) -> RunRecord:
