@@ -31,12 +31,9 @@ from shared.providers.base import (
 )
 from shared.tools import ToolSpec
 from tests.integration.fixture_server import FixtureServer, Reply
+from tests.provider_fixtures import FIXTURES, HANDBOOK_COPY
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "provider-fixtures"
-pytestmark = [
-    pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"no provider fixtures at {FIXTURES}"),
-    pytest.mark.timeout(30),
-]
+pytestmark = pytest.mark.timeout(30)
 
 RESP, CHAT, ANTH = "openai-responses", "openai-chat", "anthropic-messages"
 TOOLS = [ToolSpec("get_weather", "Weather for a city.", {"type": "object", "properties": {}})]
@@ -501,3 +498,13 @@ async def test_requests_carry_what_each_api_needs(server: FixtureServer) -> None
         "/v1/chat/completions",
         "/v1/messages",
     ]
+
+
+@pytest.mark.skipif(not HANDBOOK_COPY.is_dir(), reason="no handbook beside the repository")
+def test_the_copy_is_the_handbook_s_recording() -> None:
+    """The project's copy must not drift from the handbook's, where both are at hand."""
+    assert _files(FIXTURES) == _files(HANDBOOK_COPY)
+
+
+def _files(root: Path) -> dict[Path, bytes]:
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}

@@ -5,7 +5,6 @@ reading the fixture files."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,7 @@ from shared.providers.base import (
 )
 from shared.providers.common import join_fragments, retry_after_s, settle
 from shared.tools import ToolSpec
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "provider-fixtures"
-needs_fixtures = pytest.mark.skipif(not FIXTURES.is_dir(), reason="no provider fixtures")
+from tests.provider_fixtures import FIXTURES
 
 
 def _load(api: str, name: str) -> Any:
@@ -44,7 +41,6 @@ def _calls(event: object) -> list[tuple[str, str, dict[str, Any]]]:
 # --- history shapes against accepted (HTTP 200) request bodies ---------------------------
 
 
-@needs_fixtures
 def test_responses_history_matches_recorded_parallel_outputs() -> None:
     recorded = _load("openai-responses", "request-parallel-function-call-outputs.json")["input"]
     calls, outputs = recorded[2:4], recorded[4:6]
@@ -59,7 +55,6 @@ def test_responses_history_matches_recorded_parallel_outputs() -> None:
     ]
 
 
-@needs_fixtures
 def test_responses_history_keeps_reasoning_and_commentary_before_the_call() -> None:
     recorded = _load("openai-responses", "request-reasoning-function-call-output.json")["input"]
     reasoning, message, call, output = recorded[1:5]
@@ -73,7 +68,6 @@ def test_responses_history_keeps_reasoning_and_commentary_before_the_call() -> N
     assert adapter.result_items([ToolResultInput(call["call_id"], "Potato City")]) == [output]
 
 
-@needs_fixtures
 def test_chat_history_matches_recorded_tool_messages() -> None:
     recorded = _load("openai-chat", "request-tool-messages.json")["messages"]
     event, items = chat.from_provider(
@@ -87,7 +81,6 @@ def test_chat_history_matches_recorded_tool_messages() -> None:
     ]
 
 
-@needs_fixtures
 def test_anthropic_history_matches_recorded_tool_results() -> None:
     recorded = _load("anthropic-messages", "request-tool-results.json")["messages"]
     message = _load("anthropic-messages", "nonstream-parallel-tool-use-4-calls.json")
@@ -102,7 +95,6 @@ def test_anthropic_history_matches_recorded_tool_results() -> None:
     ]
 
 
-@needs_fixtures
 def test_anthropic_error_result_matches_recorded_is_error() -> None:
     recorded = _load("anthropic-messages", "request-tool-result-is-error.json")["messages"]
     block = recorded[2]["content"][0]
