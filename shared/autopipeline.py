@@ -24,8 +24,8 @@ must not go through here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -35,6 +35,7 @@ Command = tuple[Any, ...]
 """``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
 
 Batch = list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
+T = TypeVar("T")
 
 
 class AutoPipeline:
@@ -93,35 +94,25 @@ class AutoPipeline:
         task.add_done_callback(self._flushing.discard)
 
     async def _send_after_connecting(self, batch: Batch) -> None:
+        wire = await _or_fail(batch, self._connected())
+        if wire is not None:
+            self.flushes += 1
+            wire.send(batch)
+
+    async def _connected(self) -> Wire:
+        """The hot-command connection, connecting it (once, for every flush waiting)."""
         assert self._address is not None
-        try:
-            if self._connecting is None or self._connecting.done():
-                if self._wire is not None:
-                    self._wire.close()
-                    self._wire = None
-                self._connecting = asyncio.create_task(Wire.connect(self._address))
-            self._wire = await asyncio.shield(self._connecting)
-        except asyncio.CancelledError:
-            _cancel(batch)
-            raise
-        except Exception as exc:
-            _fail(batch, exc)
-            return
-        self.flushes += 1
-        self._wire.send(batch)
+        if self._connecting is None or self._connecting.done():
+            if self._wire is not None:
+                self._wire.close()
+                self._wire = None
+            self._connecting = asyncio.create_task(Wire.connect(self._address))
+        self._wire = await asyncio.shield(self._connecting)
+        return self._wire
 
     async def _execute(self, batch: Batch) -> None:
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for commands, _ in batch:
-                    for method, *args in commands:
-                        getattr(pipe, method)(*args)
-                replies = await pipe.execute(raise_on_error=False)
-        except asyncio.CancelledError:
-            _cancel(batch)
-            raise
-        except Exception as exc:
-            _fail(batch, exc)
+        replies = await _or_fail(batch, self._pipelined(batch))
+        if replies is None:
             return
         self.flushes += 1
         start = 0
@@ -130,6 +121,26 @@ class AutoPipeline:
             if not future.done():  # else its caller was cancelled meanwhile
                 future.set_result(replies[start:end])
             start = end
+
+    async def _pipelined(self, batch: Batch) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for commands, _ in batch:
+                for method, *args in commands:
+                    getattr(pipe, method)(*args)
+            return list(await pipe.execute(raise_on_error=False))
+
+
+async def _or_fail(batch: Batch, work: Awaitable[T]) -> T | None:
+    """``work``'s result; if it fails, every request of ``batch`` fails with its error (or is
+    cancelled with it) and None comes back."""
+    try:
+        return await work
+    except asyncio.CancelledError:
+        _cancel(batch)
+        raise
+    except Exception as exc:
+        _fail(batch, exc)
+        return None
 
 
 def _cancel(batch: Batch) -> None:
