@@ -28,7 +28,7 @@ from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState
 from shared.streams import Delivery, Handler
-from shared.tools import Effect, Identity, Tool, ToolContext, call_context, load_registry
+from shared.tools import Effect, Tool, ToolContext, call_context, context_of, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.executor")
@@ -99,14 +99,7 @@ class Executor:
         so a separate durable take would only cost a round trip on every tool call."""
         crash_point("executor.after_take")
         attempt = read.attempts + 1
-        ctx = ToolContext(
-            run_id=read.run_id,
-            call_id=read.call_id,
-            turn=read.turn,
-            identity=Identity.model_validate(read.identity),
-            session=self.session,
-            attempt=attempt,
-        )
+        ctx = context_of(read.run_id, read.call_id, read.turn, read.identity, self.session, attempt)
         outcome = await self._execute(ctx, tool, read.arguments, read.call_id)
         crash_point("executor.after_request")
         tx = Tx()

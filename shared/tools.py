@@ -110,11 +110,23 @@ def call_context(
     run: RunRecord, call: CallRecord, session: aiohttp.ClientSession, attempt: int = 1
 ) -> ToolContext:
     """The context a worker hands a tool's hooks for one call of one run."""
+    return context_of(run.run_id, call.call_id, call.turn, run.identity, session, attempt)
+
+
+def context_of(
+    run_id: str,
+    call_id: str,
+    turn: int,
+    identity: Mapping[str, Any],
+    session: aiohttp.ClientSession,
+    attempt: int = 1,
+) -> ToolContext:
+    """`call_context` from plain values, e.g. an exec message's read order."""
     return ToolContext(
-        run_id=run.run_id,
-        call_id=call.call_id,
-        turn=call.turn,
-        identity=Identity.model_validate(run.identity),
+        run_id=run_id,
+        call_id=call_id,
+        turn=turn,
+        identity=Identity.model_validate(identity),
         session=session,
         attempt=attempt,
     )
