@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from typing import assert_never
 
 import orjson
@@ -21,7 +20,7 @@ from shared.acceptance import check_acceptance
 from shared.crashpoints import crash_point
 from shared.envelopes import CallResult, Envelope, TurnRequest, ValidateRequest
 from shared.errors import EnvelopeError, NotFoundError
-from shared.history_carry import HistoryCarry
+from shared.history_carry import HistoryCarry, Started
 from shared.logs import log_fields
 from shared.loop import (
     AskToFix,
@@ -52,12 +51,9 @@ from shared.tx import Tx
 
 log = logging.getLogger("callgate.model_turn")
 
-TURNS_REMEMBERED = 10_000
-"""Turns in flight whose call ids a model_turn process keeps (a few hundred bytes each); a
-turn is forgotten once its results went back, the oldest first beyond this many."""
-HISTORIES_REMEMBERED = 1_000
-"""Turns whose history a model_turn process carries to their next step (`HistoryCarry`),
-the oldest first beyond this many."""
+TURNS_REMEMBERED = 1_000
+"""Turns whose call ids and history a model_turn process carries to their next step
+(`HistoryCarry`), the oldest first beyond this many."""
 WAITING_FOR_RESULTS = (
     RunState.VALIDATING,
     RunState.EXECUTING,
@@ -75,10 +71,7 @@ class ModelTurn:
         self.rt = runtime
         self.ledger: Ledger = runtime.ledger
         self._adapters: dict[str, ProviderAdapter] = {}
-        self._turn_calls: OrderedDict[tuple[str, int], list[str]] = OrderedDict()
-        """(run, turn) → its call ids, for the turns created here: a turn's call list is
-        written once, so this can never go stale, and each result saves a round trip."""
-        self._carry = HistoryCarry(HISTORIES_REMEMBERED)
+        self._carry = HistoryCarry(TURNS_REMEMBERED)
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
@@ -244,21 +237,14 @@ class ModelTurn:
             ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
         )
         key = (run.run_id, run.turn)
-        carried = self._carry.started.put(key, [*history, *assistant_items])
+        carried = self._carry.started.put(key, Started(call_ids, [*history, *assistant_items]))
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:
             if not tx.applied:
                 self._carry.started.drop(key, carried)
-        if result.ok:
-            self._remember(run.run_id, run.turn, call_ids)
-        elif result.failed and result.failed.key == keys.provider_calls(run.run_id):
+        if result.failed and result.failed.key == keys.provider_calls(run.run_id):
             await self._refuse_reused_ids(run, step, outcome, delivery)
-
-    def _remember(self, run_id: str, turn: int, call_ids: list[str]) -> None:
-        self._turn_calls[(run_id, turn)] = call_ids
-        if len(self._turn_calls) > TURNS_REMEMBERED:
-            self._turn_calls.popitem(last=False)
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
@@ -339,7 +325,8 @@ class ModelTurn:
 
         One round trip when this process created the turn (it remembers the call ids), else
         two: the turn's call list, then the calls."""
-        known = self._turn_calls.get((run_id, turn))
+        started = self._carry.started.get((run_id, turn))
+        known = None if started is None else started.call_ids
         if known is not None:
             run, maybe = await self.ledger.run_and_calls(run_id, known)
         else:
@@ -383,7 +370,6 @@ class ModelTurn:
                 finally:
                     if carried is not None and not tx.applied:
                         self._carry.requested.drop(next_key, carried)
-                self._turn_calls.pop((run.run_id, run.turn), None)  # the turn is over
                 if result.ok:
                     crash_point("model_turn.after_outbox")
             case _:
@@ -394,12 +380,12 @@ class ModelTurn:
     ) -> tuple[RunRecord, list[bytes]] | None:
         """Hand the next turn request the run and history this step leaves, if the turn's
         history is known here (`HistoryCarry`)."""
-        history = self._carry.started.take((run.run_id, run.turn))
-        if history is None:
+        started = self._carry.started.take((run.run_id, run.turn))  # the turn is over
+        if started is None:
             return None
         advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1})
         return self._carry.requested.put(
-            (run.run_id, run.turn + 1), (advanced, [*history, *results])
+            (run.run_id, run.turn + 1), (advanced, [*started.history, *results])
         )
 
 

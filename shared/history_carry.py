@@ -4,7 +4,8 @@ A run's history is append-only and only model_turn's guarded steps append to it,
 a process has just written are exactly what Redis holds after its step: the next step of the
 same turn, if this process handles it, need not read them back.  Two hand-overs:
 
-* *started*: a turn whose calls went to the validator — its history, assistant items included,
+* *started*: a turn whose calls went to the validator — its call ids (a turn's call list is
+  written once, so each result saves reading it) and its history, assistant items included,
   for the step that appends the results;
 * *requested*: a turn whose results were appended and whose next turn was requested — the run
   record as that step left it and the history, for the turn request.
@@ -20,6 +21,7 @@ answer is dropped.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from shared.records import RunRecord
@@ -40,6 +42,9 @@ class _Bounded(Generic[V]):
             self._items.popitem(last=False)
         return value
 
+    def get(self, key: Key) -> V | None:
+        return self._items.get(key)
+
     def take(self, key: Key) -> V | None:
         return self._items.pop(key, None)
 
@@ -49,7 +54,13 @@ class _Bounded(Generic[V]):
             del self._items[key]
 
 
+@dataclass(frozen=True, slots=True)
+class Started:
+    call_ids: list[str]
+    history: list[bytes]
+
+
 class HistoryCarry:
     def __init__(self, limit: int) -> None:
-        self.started: _Bounded[list[bytes]] = _Bounded(limit)
+        self.started: _Bounded[Started] = _Bounded(limit)
         self.requested: _Bounded[tuple[RunRecord, list[bytes]]] = _Bounded(limit)
