@@ -122,14 +122,39 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
+def cpu_jiffies() -> tuple[int, int] | None:
+    """(steal, total) CPU time of the whole machine so far (Linux /proc/stat), else None.
+
+    Steal is time a hypervisor gave this VM's CPUs to someone else: a benchmark whose
+    figures moved for that reason says so."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    steal = fields[7] if len(fields) > 7 else 0
+    return steal, sum(fields[:8])
+
+
+def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 async def run(args: argparse.Namespace) -> int:
     opts = options(args)
-    load_before = machine()
+    load_before, jiffies_before = machine(), cpu_jiffies()
     with bench_redis(opts.redis_url, progress_to_stderr, private=opts.private_redis) as redis_url:
         summary = await measure(opts, redis_url)
     met = report.targets(summary)
+    stolen = stolen_share(jiffies_before, cpu_jiffies())
     document = {
-        "machine": {**load_before, "load_avg_after": machine()["load_avg"]},
+        "machine": {
+            **load_before,
+            "load_avg_after": machine()["load_avg"],
+            "cpu_stolen_share": stolen,
+        },
         "options": {k: v for k, v in opts.__dict__.items() if k != "redis_url"},
         "scenarios": summary,
         "targets": met,
@@ -137,7 +162,8 @@ async def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}")
+        steal = "" if stolen is None else f", {stolen:.0%} of CPU time stolen by the hypervisor"
+        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}{steal}")
         print(report.table(summary, met))
         details = report.breakdowns(summary)
         if details:

@@ -25,20 +25,21 @@ SCENARIOS = {"bench-latency": 50, "bench-three-turns": 2}
 """Scenario → its tool turns, i.e. round trips (services/scenarios/*.json); the second is
 the smoke run's."""
 WARM_UP = "bench-three-turns"
+REPETITIONS = 3
+"""Runs of the scenario with the in-process provider, each after its own floor run."""
 TIMEOUT_S = 120.0
 
 
-async def _run_once(deployment: Deployment, api: str) -> None:
-    """One warm-up run (imports, connections, caches), then the measured run."""
+async def _warm_up(deployment: Deployment, api: str) -> None:
+    """One run that warms imports, connections and caches before a measured one."""
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
 
 
 async def in_process_ms(
     deployment: Deployment, api: str, scenario: str
 ) -> tuple[list[float], list[tuple[str, str, str]]]:
-    """Round trips with the in-process provider, read from its `ModelClock` log, and the
-    run's events as (stream id, type, to-state) for `report.step_breakdown`."""
-    await _run_once(deployment, api)
+    """Round trips of one run with the in-process provider, read from its `ModelClock` log,
+    and the run's events as (stream id, type, to-state) for `report.step_breakdown`."""
     assert deployment.redis is not None and deployment.client is not None
     log = deployment.keys.bench(MODEL_LOG)
     last = await deployment.redis.xrevrange(log, count=1)
@@ -55,7 +56,7 @@ async def in_process_ms(
 
 async def sdk_ms(deployment: Deployment, api: str, scenario: str) -> list[float]:
     """Round trips through the official SDK, from the scripted model server's request log."""
-    await _run_once(deployment, api)
+    await _warm_up(deployment, api)
     await deployment.run_batch(run_spec(api, scenario), 1, TIMEOUT_S)
     url = deployment.system.urls["model"]
     async with aiohttp.ClientSession() as http, http.get(f"{url}/_log") as reply:
@@ -72,12 +73,21 @@ async def sdk_ms(deployment: Deployment, api: str, scenario: str) -> list[float]
 async def measure(
     redis_url: str, api: str, scenario: str, floor: FloorRelay, progress: Progress
 ) -> dict[str, Any]:
-    """Floor, in-process, floor, SDK, floor: the floors bracket the pipeline runs in time."""
+    """Floor and in-process runs alternating (``REPETITIONS`` each, a last floor after), then
+    the SDK run and a floor: the floors bracket the pipeline runs in time, so a machine
+    whose speed drifts moves both sides of the ratio alike."""
     rounds = SCENARIOS[scenario]
-    floor_ms = await floor.latency_ms(rounds)
-    progress(f"latency: in-process provider, {rounds} round trips")
+    floor_ms: list[float] = []
+    in_process: list[float] = []
+    events: list[tuple[str, str, str]] = []
+    progress(f"latency: in-process provider, {REPETITIONS} x {rounds} round trips")
     async with Deployment(redis_url, model="in_process_timed", progress=progress) as d:
-        in_process, events = await in_process_ms(d, api, scenario)
+        await _warm_up(d, api)
+        for _ in range(REPETITIONS):
+            floor_ms += await floor.latency_ms(rounds)
+            trips, run_events = await in_process_ms(d, api, scenario)
+            in_process += trips
+            events += run_events
     floor_ms += await floor.latency_ms(rounds)
     progress(f"latency: official SDK to the scripted model server, {rounds} round trips")
     async with Deployment(redis_url, model="sdk", progress=progress) as d:

@@ -29,6 +29,8 @@ def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) 
         value = scenarios[scenario][figure]
         assert isinstance(value, int | float) and not math.isnan(value), (scenario, figure)
     assert set(document["targets"]) == set(TARGETS)
+    stolen = document["machine"]["cpu_stolen_share"]
+    assert stolen is None or 0 <= stolen <= 1
     for name, entry in document["targets"].items():
         assert set(entry) == {"value", "target", "met"}, name
         assert isinstance(entry["met"], bool), name
