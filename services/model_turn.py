@@ -47,6 +47,7 @@ from shared.states import RUN_TERMINAL, RunState
 from shared.store import Ledger, require_calls
 from shared.streams import Delivery, Handler
 from shared.tools import load_registry
+from shared.turn_joins import TurnJoins
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.model_turn")
@@ -72,6 +73,7 @@ class ModelTurn:
         self.ledger: Ledger = runtime.ledger
         self._adapters: dict[str, ProviderAdapter] = {}
         self._carry = HistoryCarry(TURNS_REMEMBERED)
+        self._joins = TurnJoins()
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:
@@ -339,14 +341,19 @@ class ModelTurn:
         return run, tuple(await self.ledger.get_calls(run_id, listed))
 
     async def on_call_result(self, message: CallResult, delivery: Delivery) -> None:
+        turn = (message.run_id, message.turn)
+        await self._joins.join(turn, lambda: self._join(message, delivery))
+
+    async def _join(self, message: CallResult, delivery: Delivery) -> bool:
+        """Advance or end the turn if every call is terminal; True if it waits no longer."""
         found = await self._turn(message.run_id, message.turn)
         if found is None:
-            return
+            return True
         run, calls = found
         step = after_results(calls)
         match step:
             case Wait():
-                return
+                return False
             case Finish():
                 tx = Tx()
                 self.ledger.run_transition(
@@ -357,7 +364,7 @@ class ModelTurn:
                     expect_turn=run.turn,
                     fields={"reason": step.reason or ""},
                 )
-                await self.ledger.apply(delivery.ack_with(tx))
+                return (await self.ledger.apply(delivery.ack_with(tx))).ok
             case NextTurn(calls=ordered):
                 adapter = self.adapter(run.api)
                 results = _items(adapter.result_items([_result_input(c) for c in ordered]))
@@ -372,6 +379,7 @@ class ModelTurn:
                         self._carry.requested.drop(next_key, carried)
                 if result.ok:
                     crash_point("model_turn.after_outbox")
+                return result.ok
             case _:
                 assert_never(step)
 

@@ -114,7 +114,8 @@ class StreamWorker:
             streams=self._streams,
             held=self._held,
         )
-        self._slots = asyncio.Semaphore(settings.concurrency)
+        self._free_slots = settings.concurrency
+        """Messages this worker may still start: one slot per message being handled."""
         self._slot_freed = asyncio.Event()
         self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._stopping = asyncio.Event()
@@ -284,8 +285,7 @@ class StreamWorker:
             if slots > started:
                 started += await self._read(slots - started)
         finally:
-            for _ in range(slots - started):
-                self._slots.release()
+            self._free_slots += slots - started
         if burst and was_idle and started == 0 and not self._tasks:
             # Nothing ran since before the read, so nothing can have enqueued meanwhile.
             return await nothing_pending(self._redis, self._group, self._streams)
@@ -293,16 +293,14 @@ class StreamWorker:
 
     async def _take_slots(self, want: int) -> int:
         """Take up to ``want`` free slots, waiting at most one read block for the first."""
-        if self._slots.locked():
+        if self._free_slots == 0:
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(self._slot_freed.wait(), self._settings.read_block_ms / 1000)
             except TimeoutError:
                 return 0
-        taken = 0
-        while taken < want and not self._slots.locked():
-            await self._slots.acquire()  # never blocks: the semaphore is not locked
-            taken += 1
+        taken = min(want, self._free_slots)
+        self._free_slots -= taken
         return taken
 
     async def _read(self, budget: int) -> int:
@@ -384,7 +382,7 @@ class StreamWorker:
 
         def _done(_: asyncio.Task[None]) -> None:
             self._tasks.pop(key, None)
-            self._slots.release()
+            self._free_slots += 1
             self._slot_freed.set()
 
         task.add_done_callback(_done)

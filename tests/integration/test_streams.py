@@ -367,7 +367,7 @@ async def test_shutdown_is_idempotent_and_cancels_without_acking(
 # Throughput shape ----------------------------------------------------------------------
 
 
-async def test_concurrency_is_bounded_by_the_semaphore(
+async def test_concurrency_is_bounded_by_the_free_slots(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
     settings = settings.model_copy(update={"concurrency": 4})
