@@ -115,7 +115,9 @@ class Executor:
             fields=fields,
             sensitive=tool.sensitive_fields,
         )
-        self._report(tx, read.run_id, read.turn, read.call_id, outcome.state, chain)
+        self._report(
+            tx, read.run_id, read.turn, read.call_id, outcome, chain, tool.sensitive_fields
+        )
         await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
         crash_point("executor.after_persist")
 
@@ -225,7 +227,7 @@ class Executor:
                 ),
             )
         else:
-            self._report(tx, call.run_id, call.turn, call.call_id, outcome.state, chain)
+            self._report(tx, call.run_id, call.turn, call.call_id, outcome, chain, sensitive)
         await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
 
     def _report(
@@ -234,14 +236,23 @@ class Executor:
         run_id: str,
         turn: int,
         call_id: str,
-        state: CallState,
+        outcome: Outcome,
         chain: tuple[str, ...],
+        sensitive: frozenset[str],
     ) -> None:
+        """The result message (with the result, unless the tool marks a field sensitive: a
+        result may echo it, and such a value stays in the ledger) and the chain's next call."""
         keys = self.rt.keys
         self.ledger.outbox(
             tx,
             keys.run_stream("results", run_id),
-            CallResult(run_id=run_id, turn=turn, call_id=call_id, state=state.value),
+            CallResult(
+                run_id=run_id,
+                turn=turn,
+                call_id=call_id,
+                state=outcome.state.value,
+                result=None if sensitive else outcome.result,
+            ),
         )
         if chain:
             self.ledger.outbox(

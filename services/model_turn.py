@@ -18,7 +18,14 @@ import orjson
 
 from shared.acceptance import check_acceptance
 from shared.crashpoints import crash_point
-from shared.envelopes import CallResult, Envelope, TurnRequest, ValidateRequest
+from shared.envelopes import (
+    CallResult,
+    DecideOrder,
+    Envelope,
+    TurnRequest,
+    ValidateRequest,
+    decide_order,
+)
 from shared.errors import EnvelopeError, NotFoundError
 from shared.history_carry import HistoryCarry, Started
 from shared.logs import log_fields
@@ -41,7 +48,7 @@ from shared.providers.base import (
     TurnInput,
     TurnOutcome,
 )
-from shared.records import CallRecord, RunRecord
+from shared.records import CallRecord, RunRecord, encode_fields
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import RUN_TERMINAL, RunState
 from shared.store import Ledger, require_calls
@@ -102,6 +109,7 @@ class ModelTurn:
 
     async def on_turn_request(self, message: TurnRequest, delivery: Delivery) -> None:
         carried = self._carry.requested.take((message.run_id, message.turn))
+        found: RunRecord | None
         if carried is not None:
             found, raw_history = carried
         else:
@@ -211,7 +219,7 @@ class ModelTurn:
         keys = self.rt.keys
         tx = self._turn_tx(run, outcome)
         created = now_ms()
-        call_ids: list[str] = []
+        records: list[CallRecord] = []
         for index, call in enumerate(step.calls):
             record = CallRecord(
                 run_id=run.run_id,
@@ -225,8 +233,9 @@ class ModelTurn:
                 created_ms=created,
                 updated_ms=created,
             )
-            call_ids.append(record.call_id)
+            records.append(record)
             self.ledger.create_call(tx, record)
+        call_ids = [record.call_id for record in records]
         tx.rpush(keys.turn_calls(run.run_id, run.turn), *call_ids)
         assistant_items = _items(outcome.record.assistant_items)
         tx.rpush(keys.history(run.run_id), *assistant_items)
@@ -236,10 +245,23 @@ class ModelTurn:
         self.ledger.outbox(
             tx,
             keys.run_stream("validate", run.run_id),
-            ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids)),
+            ValidateRequest(
+                run_id=run.run_id,
+                turn=run.turn,
+                call_ids=tuple(call_ids),
+                order=_order(run, records),
+            ),
         )
         key = (run.run_id, run.turn)
-        carried = self._carry.started.put(key, Started(call_ids, [*history, *assistant_items]))
+        validating = run.model_copy(
+            update={
+                "status": RunState.VALIDATING,
+                "usage_input_tokens": run.usage_input_tokens + outcome.record.input_tokens,
+                "usage_output_tokens": run.usage_output_tokens + outcome.record.output_tokens,
+            }
+        )
+        started = Started(validating, tuple(records), [*history, *assistant_items])
+        carried = self._carry.started.put(key, started)
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:
@@ -342,10 +364,23 @@ class ModelTurn:
 
     async def on_call_result(self, message: CallResult, delivery: Delivery) -> None:
         turn = (message.run_id, message.turn)
+        started = self._carry.started.get(turn)
+        if started is not None:
+            started.note(message)
         await self._joins.join(turn, lambda: self._join(message, delivery))
 
     async def _join(self, message: CallResult, delivery: Delivery) -> bool:
         """Advance or end the turn if every call is terminal; True if it waits no longer."""
+        started = self._carry.started.get((message.run_id, message.turn))
+        if started is not None and started.settled() is None:
+            # The results of parallel calls are read in one batch: let the handlers of the
+            # others note theirs (`on_call_result`) before deciding they are not in hand.
+            await asyncio.sleep(0)
+        settled = None if started is None else started.settled()
+        if started is not None and settled is not None:
+            applied = await self._join_carried(started.run, settled, delivery)
+            if applied:
+                return True
         found = await self._turn(message.run_id, message.turn)
         if found is None:
             return True
@@ -366,35 +401,71 @@ class ModelTurn:
                 )
                 return (await self.ledger.apply(delivery.ack_with(tx))).ok
             case NextTurn(calls=ordered):
-                adapter = self.adapter(run.api)
-                results = _items(adapter.result_items([_result_input(c) for c in ordered]))
-                tx = Tx()
-                self._advance(tx, run, results, reason="next")
-                next_key = (run.run_id, run.turn + 1)
-                carried = self._carry_results(run, results)
-                try:
-                    result = await self.ledger.apply(delivery.ack_with(tx))
-                finally:
-                    if carried is not None and not tx.applied:
-                        self._carry.requested.drop(next_key, carried)
-                if result.ok:
-                    crash_point("model_turn.after_outbox")
-                return result.ok
+                return await self._next_turn(Tx(), run, ordered, delivery)
             case _:
                 assert_never(step)
 
+    async def _join_carried(
+        self, run: RunRecord, calls: tuple[CallRecord, ...], delivery: Delivery
+    ) -> bool:
+        """Append results that came with their outcomes, without reading the calls back:
+        the step is guarded on the ledger holding exactly those outcomes, and on the run
+        executing this turn.  False if it did not apply (the caller reads the ledger)."""
+        step = after_results(calls)
+        if not isinstance(step, NextTurn):
+            return False  # rare (unresolved, waiting): the ledger path decides
+        tx = Tx()
+        for call in calls:
+            key = self.rt.keys.call(run.run_id, call.call_id)
+            try:
+                [stored] = encode_fields(CallRecord, {"result": call.result})[0].values()
+            except ValueError:
+                return False  # not a result at all: the ledger has the real one
+            tx.expect(key, "state", call.state.value)
+            tx.expect(key, "result", stored.decode() if isinstance(stored, bytes) else stored)
+        executing = run.model_copy(update={"status": RunState.EXECUTING})
+        return await self._next_turn(tx, executing, step.calls, delivery)
+
+    async def _next_turn(
+        self, tx: Tx, run: RunRecord, ordered: tuple[CallRecord, ...], delivery: Delivery
+    ) -> bool:
+        """Append the turn's results to the history and request the next turn, in ``tx``."""
+        adapter = self.adapter(run.api)
+        results = _items(adapter.result_items([_result_input(c) for c in ordered]))
+        self._advance(tx, run, results, reason="next")
+        this_key, next_key = (run.run_id, run.turn), (run.run_id, run.turn + 1)
+        started = self._carry.started.get(this_key)
+        carried = None if started is None else self._carry_results(run, started, results)
+        try:
+            result = await self.ledger.apply(delivery.ack_with(tx))
+        finally:
+            if carried is not None and not tx.applied:
+                self._carry.requested.drop(next_key, carried)
+        if result.ok:
+            if started is not None:
+                self._carry.started.drop(this_key, started)  # the turn is over
+            crash_point("model_turn.after_outbox")
+        return result.ok
+
     def _carry_results(
-        self, run: RunRecord, results: list[bytes]
-    ) -> tuple[RunRecord, list[bytes]] | None:
-        """Hand the next turn request the run and history this step leaves, if the turn's
-        history is known here (`HistoryCarry`)."""
-        started = self._carry.started.take((run.run_id, run.turn))  # the turn is over
-        if started is None:
-            return None
+        self, run: RunRecord, started: Started, results: list[bytes]
+    ) -> tuple[RunRecord, list[bytes]]:
+        """Hand the next turn request the run and history this step leaves (`HistoryCarry`)."""
         advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1})
         return self._carry.requested.put(
             (run.run_id, run.turn + 1), (advanced, [*started.history, *results])
         )
+
+
+def _order(run: RunRecord, calls: list[CallRecord]) -> DecideOrder | None:
+    """The validator's order for ``calls``, unless a tool of theirs marks an argument
+    sensitive: such a value is kept in the ledger's records only, never in a message."""
+    registry = load_registry(run.tool_modules)
+    for call in calls:
+        tool = registry.get(call.tool)
+        if tool is not None and tool.sensitive_fields:
+            return None
+    return decide_order(run, calls)
 
 
 def _exists(run_id: str, run: RunRecord | None) -> RunRecord:

@@ -3,15 +3,17 @@
 The model only proposes.  For each call of the batch the policy checks allow-list, size,
 depth, schema, identity scope and preconditions; the verdicts, the run's next state, the
 exec messages for allowed calls and the results of rejected ones are written in one atomic
-step, so a redelivered batch is a no-op.  Calls that need a human get an approval record
-bound to their exact arguments; the run pauses, and by default nothing with an effect runs
-until the whole batch is decided.  Decisions arrive on the approvals stream (`approval_flow`).
+step, so a redelivered batch is a no-op.  It decides from the order model_turn wrote with
+the call records (`DecideOrder`), guarded on the ledger still holding it, and reads the
+ledger only when there is no order or it does not match.  Calls that need a human get an
+approval record bound to their exact arguments; the run pauses, and by default nothing with
+an effect runs until the whole batch is decided.  Decisions arrive on the approvals stream
+(`approval_flow`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -23,23 +25,32 @@ from shared.dispatch import Decided, dispatch
 from shared.envelopes import (
     ApprovalDecision,
     ApprovalExpired,
+    DecideOrder,
     Envelope,
+    ProposedOrder,
     ReadOrder,
     ValidateRequest,
+    decide_order,
     new_id,
 )
 from shared.errors import EnvelopeError, NotFoundError
 from shared.expiry import ApprovalExpiryScheduler
+from shared.logs import log_fields
 from shared.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
-from shared.records import CallRecord, RunRecord, error_result
+from shared.records import RunRecord, encode_fields, error_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.store import now_ms, require_calls
 from shared.streams import Delivery, Handler
-from shared.tools import Effect, call_context, load_registry
+from shared.tools import Effect, context_of, load_registry
 from shared.tx import Tx
 
 log = logging.getLogger("callgate.validator")
+
+RUN_ORDER_FIELDS = ("identity", "tool_modules", "allowed_tools", "batch_policy", "approval_ttl_s")
+"""The run's fields a `DecideOrder` carries; with the calls' ``tool``, ``index`` and
+``raw_arguments``, the fields the validator's step is guarded on when it decides from one."""
+ORDER_FIELDS = frozenset({*RUN_ORDER_FIELDS, "tool", "index", "raw_arguments"})
 
 _TARGET = {
     "allowed": CallState.ALLOWED,
@@ -67,75 +78,119 @@ class Validator:
                 raise EnvelopeError(f"validator does not handle {message.kind!r}")
 
     async def on_validate(self, message: ValidateRequest, delivery: Delivery) -> None:
+        order = message.order
+        if order is not None and tuple(c.call_id for c in order.calls) == message.call_ids:
+            if await self._decide_and_record(message, order, delivery):
+                return
+            log.warning(
+                "validate order does not match the ledger; deciding from the ledger",
+                extra=log_fields(run_id=message.run_id, turn=message.turn),
+            )
+        order = await self._ledger_order(message)
+        if order is not None:
+            await self._decide_and_record(message, order, delivery)
+
+    async def _ledger_order(self, message: ValidateRequest) -> DecideOrder | None:
+        """The turn's order as the ledger holds it; None if it was decided already
+        (redelivery) or the run moved on."""
         run, found = await self.ledger.run_and_calls(message.run_id, message.call_ids)
         if run is None:
             raise NotFoundError(f"run {message.run_id} does not exist")
         if run.status != RunState.VALIDATING or run.turn != message.turn:
-            return  # decided already (redelivery) or the run moved on
+            return None
         calls = require_calls(run.run_id, message.call_ids, found)
         if any(call.state != CallState.REQUESTED for call in calls):
-            return
-        decisions = await self._decide(run, calls)
-        tx = Tx()
+            return None
+        return decide_order(run, calls)
+
+    async def _decide_and_record(
+        self, message: ValidateRequest, order: DecideOrder, delivery: Delivery
+    ) -> bool:
+        """Decide every call of ``order`` and write it all in one step, guarded on the run
+        still validating this turn and on the order matching the ledger; False if it did
+        not match."""
+        run_id, turn = message.run_id, message.turn
+        decisions = await self._decide(run_id, turn, order)
+        tx = self._bound_to(Tx(), run_id, order)
         decided: list[Decided] = []
         approvals: list[ApprovalRecord] = []
-        for call, decision in zip(calls, decisions, strict=True):
-            approval = self._approval(run, call, decision)
-            self._record_decision(tx, run, call, decision, approval)
+        for call, decision in zip(order.calls, decisions, strict=True):
+            approval = self._approval(run_id, turn, order, call, decision)
+            self._record_decision(tx, run_id, call, decision, approval)
             if approval is not None:
                 approvals.append(approval)
-            decided.append(_decided(run, call, decision))
-        hold = bool(approvals) and run.batch_policy == "hold_effects"
+            decided.append(_decided(order, call, decision))
+        hold = bool(approvals) and order.batch_policy == "hold_effects"
         to_state = RunState.PAUSED_APPROVAL if approvals else RunState.EXECUTING
         self.ledger.run_transition(
             tx,
-            run.run_id,
+            run_id,
             [RunState.VALIDATING],
             to_state,
-            expect_turn=run.turn,
+            expect_turn=turn,
             fields={"reason": "awaiting approval"} if approvals else None,
         )
-        dispatch(self.ledger, tx, run.run_id, run.turn, decided, writes=not hold)
+        dispatch(self.ledger, tx, run_id, turn, decided, writes=not hold)
         if not approvals:  # else scheduling their expiry follows the step
             delivery.ack_with(tx)
-        if (await self.ledger.apply(tx)).ok:
+        result = await self.ledger.apply(tx)
+        if result.ok:
             for approval in approvals:
                 await self.expiry.schedule(approval)
+        return result.failed is None or result.failed.field not in ORDER_FIELDS
 
-    async def _decide(self, run: RunRecord, calls: Sequence[CallRecord]) -> list[Decision]:
-        registry = load_registry(run.tool_modules)
-        allowed = run.allowed_tools if run.allowed_tools is not None else registry.names()
+    def _bound_to(self, tx: Tx, run_id: str, order: DecideOrder) -> Tx:
+        """Guard ``tx`` on the ledger holding exactly what ``order`` says was recorded."""
+        run = self.rt.keys.run(run_id)
+        values = {name: getattr(order, name) for name in RUN_ORDER_FIELDS}
+        to_set, missing = encode_fields(RunRecord, values)
+        for name, encoded in to_set.items():
+            tx.expect(run, name, _text(encoded))
+        for name in missing:
+            tx.expect_field_missing(run, name)
+        for call in order.calls:
+            key = self.rt.keys.call(run_id, call.call_id)
+            tx.expect(key, "tool", call.tool)
+            tx.expect(key, "index", str(call.index))
+            tx.expect(key, "raw_arguments", call.raw_arguments)
+        return tx
+
+    async def _decide(self, run_id: str, turn: int, order: DecideOrder) -> list[Decision]:
+        registry = load_registry(list(order.tool_modules))
+        allowed = order.allowed_tools if order.allowed_tools is not None else registry.names()
         decisions = decide_batch(
             registry,
             allowed_tools=allowed,
-            identity=run.identity,
-            calls=[ProposedCall(c.call_id, c.tool, c.raw_arguments) for c in calls],
+            identity=order.identity,
+            calls=[ProposedCall(c.call_id, c.tool, c.raw_arguments) for c in order.calls],
             limits=self.limits,
         )
         checked: list[Decision] = []
-        for call, decision in zip(calls, decisions, strict=True):
+        for call, decision in zip(order.calls, decisions, strict=True):
             if decision.tool is not None and decision.arguments is not None:
-                ctx = call_context(run, call, self.session)
+                ctx = context_of(run_id, call.call_id, turn, order.identity, self.session)
                 error = await check_preconditions(decision.tool, ctx, decision.arguments)
                 if error is not None:
                     decision = decision.reject(error)
             checked.append(decision)
         return checked
 
-    def _approval(self, run: RunRecord, call: CallRecord, d: Decision) -> ApprovalRecord | None:
+    def _approval(
+        self, run_id: str, turn: int, order: DecideOrder, call: ProposedOrder, d: Decision
+    ) -> ApprovalRecord | None:
         if d.outcome != "needs_approval" or d.tool is None:
             return None
-        ttl_s = run.approval_ttl_s or self.rt.settings.approval_ttl_s
+        ttl_s = order.approval_ttl_s or self.rt.settings.approval_ttl_s
         return ApprovalRecord(
             approval_id=f"apr_{new_id()}",
-            run_id=run.run_id,
-            turn=run.turn,
+            run_id=run_id,
+            turn=turn,
             call_id=call.call_id,
             tool=d.tool.name,
             tool_version=d.tool.version,
             args_hash=d.args_hash or "",
             arguments=d.canonical_arguments or "{}",
-            requested_by=str(run.identity.get("user", "")),
+            requested_by=str(order.identity.get("user", "")),
             approver_role=d.approver_role or "",
             expires_ms=now_ms() + int(ttl_s * 1000),
         )
@@ -143,8 +198,8 @@ class Validator:
     def _record_decision(
         self,
         tx: Tx,
-        run: RunRecord,
-        call: CallRecord,
+        run_id: str,
+        call: ProposedOrder,
         d: Decision,
         approval: ApprovalRecord | None,
     ) -> None:
@@ -171,7 +226,7 @@ class Validator:
             self._request_approval(tx, approval, d)
         self.ledger.call_transition(
             tx,
-            run.run_id,
+            run_id,
             call.call_id,
             [CallState.REQUESTED],
             _TARGET[d.outcome],
@@ -216,24 +271,36 @@ def _resource(d: Decision) -> str | None:
     return d.tool.resource_of(d.tool.validate(d.arguments or {}))
 
 
-def _decided(run: RunRecord, call: CallRecord, d: Decision) -> Decided:
+def _decided(order: DecideOrder, call: ProposedOrder, d: Decision) -> Decided:
+    """``read`` is set for an allowed read whose tool marks no argument sensitive: such a
+    value is kept in the ledger's records only, never in a message."""
     read = None
-    if d.outcome == "allowed" and d.tool is not None and d.tool.effect is Effect.READ:
+    tool = d.tool
+    if (
+        d.outcome == "allowed"
+        and tool is not None
+        and tool.effect is Effect.READ
+        and not tool.sensitive_fields
+    ):
         read = ReadOrder(
-            tool=d.tool.name,
-            tool_version=d.tool.version,
-            tool_modules=tuple(run.tool_modules),
+            tool=tool.name,
+            tool_version=tool.version,
+            tool_modules=order.tool_modules,
             arguments=dict(d.arguments or {}),
-            identity=dict(run.identity),
+            identity=dict(order.identity),
         )
     return Decided(
         call.call_id,
         call.index,
         _TARGET[d.outcome],
-        is_write=d.tool is not None and d.tool.is_write,
+        is_write=tool is not None and tool.is_write,
         resource_key=_resource(d),
         read=read,
     )
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

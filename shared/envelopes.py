@@ -9,12 +9,16 @@ the stream loop turns into a dead letter with the reason.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from shared.errors import EnvelopeError
+
+if TYPE_CHECKING:
+    from shared.records import CallRecord, RunRecord
 
 SCHEMA_VERSION = 1
 
@@ -50,12 +54,58 @@ class TurnRequest(_Envelope):
     """Why the turn was requested: start, next, retry, resume, fix_answer."""
 
 
+class ProposedOrder(BaseModel):
+    """One call as model_turn recorded it: what the validator decides on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    call_id: str = Field(min_length=1, max_length=128)
+    index: int = Field(ge=0)
+    tool: str
+    raw_arguments: str
+
+
+class DecideOrder(BaseModel):
+    """A turn's calls and the run's authority, written in the same step as the call records:
+    all the validator decides from, so it need not read the ledger first.  Its step is
+    guarded on these very values in the ledger, so an order that does not match them (stale
+    or forged) writes nothing and the validator decides from the ledger instead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    identity: dict[str, Any]
+    tool_modules: tuple[str, ...]
+    allowed_tools: tuple[str, ...] | None
+    batch_policy: Literal["hold_effects", "run_allowed"]
+    approval_ttl_s: float | None
+    calls: tuple[ProposedOrder, ...] = Field(min_length=1)
+
+
+def decide_order(run: RunRecord, calls: Sequence[CallRecord]) -> DecideOrder:
+    """The `DecideOrder` of ``calls`` of ``run``, as the ledger holds them."""
+    return DecideOrder(
+        identity=run.identity,
+        tool_modules=tuple(run.tool_modules),
+        allowed_tools=None if run.allowed_tools is None else tuple(run.allowed_tools),
+        batch_policy=run.batch_policy,
+        approval_ttl_s=run.approval_ttl_s,
+        calls=tuple(
+            ProposedOrder(
+                call_id=c.call_id, index=c.index, tool=c.tool, raw_arguments=c.raw_arguments
+            )
+            for c in calls
+        ),
+    )
+
+
 class ValidateRequest(_Envelope):
     """Ask the validator to decide every call the model requested in ``turn``."""
 
     kind: Literal["validate_request"] = "validate_request"
     call_ids: tuple[str, ...] = Field(min_length=1)
     """The turn's calls, in provider order."""
+    order: DecideOrder | None = None
+    """What model_turn recorded (`DecideOrder`); without it the validator reads the ledger."""
 
 
 class ReadOrder(BaseModel):
@@ -84,11 +134,15 @@ class ExecRequest(_CallEnvelope):
 
 
 class CallResult(_CallEnvelope):
-    """A call reached a state the loop waits for; the ledger holds the result itself."""
+    """A call reached a state the loop waits for."""
 
     kind: Literal["call_result"] = "call_result"
     state: str
     """The call's state when the message was written (succeeded, failed, rejected, …)."""
+    result: dict[str, Any] | None = None
+    """The result recorded in the same step, when its writer had it at hand: model_turn may
+    then append a turn's results without reading its calls back, in a step guarded on the
+    ledger holding these very states and results.  None: read the ledger."""
 
 
 class ReconcileRequest(_CallEnvelope):

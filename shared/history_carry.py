@@ -4,9 +4,12 @@ A run's history is append-only and only model_turn's guarded steps append to it,
 a process has just written are exactly what Redis holds after its step: the next step of the
 same turn, if this process handles it, need not read them back.  Two hand-overs:
 
-* *started*: a turn whose calls went to the validator — its call ids (a turn's call list is
-  written once, so each result saves reading it) and its history, assistant items included,
-  for the step that appends the results;
+* *started*: a turn whose calls went to the validator — the run and the calls as its step
+  left them (a turn's call list is written once, so each result saves reading it) and its
+  history, assistant items included, for the step that appends the results.  Results that
+  arrive with their outcome (`CallResult.result`) are collected here: once every call's is
+  in hand, that step need not read the calls back either; it is guarded on the ledger
+  holding those outcomes, and reads the ledger if it does not;
 * *requested*: a turn whose results were appended and whose next turn was requested — the run
   record as that step left it and the history, for the turn request.
 
@@ -21,11 +24,14 @@ answer is dropped.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from shared.records import RunRecord
+from shared.envelopes import CallResult
+from shared.records import CallRecord, RunRecord
+from shared.states import CallState
 
+_CALL_STATES = frozenset(state.value for state in CallState)
 Key = tuple[str, int]
 """(run_id, turn)."""
 V = TypeVar("V")
@@ -56,8 +62,36 @@ class _Bounded(Generic[V]):
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    call_ids: list[str]
+    run: RunRecord
+    calls: tuple[CallRecord, ...]
     history: list[bytes]
+    results: dict[str, CallResult] = field(default_factory=dict)
+    """Result messages that carried their outcome, by call id."""
+
+    @property
+    def call_ids(self) -> list[str]:
+        return [call.call_id for call in self.calls]
+
+    def note(self, message: CallResult) -> None:
+        """Keep ``message`` if it carries the outcome of a call of this turn."""
+        if message.result is None or message.state not in _CALL_STATES:
+            return
+        if any(call.call_id == message.call_id for call in self.calls):
+            self.results[message.call_id] = message
+
+    def settled(self) -> tuple[CallRecord, ...] | None:
+        """Every call with the outcome its result message carried, once all are in hand."""
+        if len(self.results) != len(self.calls):
+            return None
+        return tuple(
+            call.model_copy(
+                update={
+                    "state": CallState(self.results[call.call_id].state),
+                    "result": self.results[call.call_id].result,
+                }
+            )
+            for call in self.calls
+        )
 
 
 class HistoryCarry:

@@ -31,7 +31,9 @@ from shared import eventloop
 from shared.config import Settings
 from shared.envelopes import (
     CallResult,
+    DecideOrder,
     ExecRequest,
+    ProposedOrder,
     ReadOrder,
     TurnRequest,
     ValidateRequest,
@@ -39,6 +41,7 @@ from shared.envelopes import (
     new_id,
 )
 from shared.keys import Keys
+from shared.records import ok_result
 from shared.supervisor import Supervisor
 
 START_TIMEOUT_S = 30.0
@@ -70,7 +73,28 @@ def payloads() -> dict[str, bytes]:
     run_id = f"run-{new_id()}"
     return {
         "turns": encode(TurnRequest(run_id=run_id, turn=12, reason="next")),
-        "validate": encode(ValidateRequest(run_id=run_id, turn=12, call_ids=("t12.0",))),
+        "validate": encode(
+            ValidateRequest(
+                run_id=run_id,
+                turn=12,
+                call_ids=("t12.0",),
+                order=DecideOrder(
+                    identity={"user": "bench"},
+                    tool_modules=("shared.bench.tools",),
+                    allowed_tools=None,
+                    batch_policy="hold_effects",
+                    approval_ttl_s=None,
+                    calls=(
+                        ProposedOrder(
+                            call_id="t12.0",
+                            index=0,
+                            tool="bench_read",
+                            raw_arguments='{"key":"k12"}',
+                        ),
+                    ),
+                ),
+            )
+        ),
         "exec": encode(
             ExecRequest(
                 run_id=run_id,
@@ -86,7 +110,13 @@ def payloads() -> dict[str, bytes]:
             )
         ),
         "results": encode(
-            CallResult(run_id=run_id, turn=12, call_id="t12.0", state="succeeded")
+            CallResult(
+                run_id=run_id,
+                turn=12,
+                call_id="t12.0",
+                state="succeeded",
+                result=ok_result({"key": "k12", "value": "value of k12"}),
+            )
         ),
     }
 

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from shared.envelopes import CallResult
 from shared.history_carry import HistoryCarry, Started
+from shared.records import CallRecord, RunRecord, ok_result
+from shared.states import CallState, RunState
+
+RUN = RunRecord(
+    run_id="r", status=RunState.VALIDATING, api="openai-chat", model="m", input="hi", turn=1
+)
 
 
-def _started(*items: bytes) -> Started:
-    return Started(["t1.0"], list(items))
+def _call(index: int) -> CallRecord:
+    call_id, provider_id = f"t1.{index}", f"c{index}"
+    return CallRecord(
+        run_id="r", call_id=call_id, turn=1, index=index, provider_call_id=provider_id, tool="t"
+    )
+
+
+def _started(*items: bytes, calls: int = 1) -> Started:
+    return Started(RUN, tuple(_call(i) for i in range(calls)), list(items))
+
+
+def _result(call_id: str, state: str = "succeeded", payload: object = 1) -> CallResult:
+    return CallResult(run_id="r", turn=1, call_id=call_id, state=state, result=ok_result(payload))
 
 
 def test_an_entry_is_read_until_taken_once() -> None:
@@ -34,3 +52,25 @@ def test_the_oldest_entries_go_beyond_the_limit() -> None:
         carry.started.put(("r", turn), _started(b"%d" % turn))
     assert carry.started.take(("r", 1)) is None
     assert carry.started.take(("r", 3)) == _started(b"3")
+
+
+def test_a_turn_is_settled_once_every_call_came_with_its_outcome() -> None:
+    started = _started(calls=2)
+    started.note(_result("t1.1", payload="b"))
+    assert started.settled() is None  # t1.0 is still out
+    started.note(_result("t1.0", state="failed", payload="a"))
+    settled = started.settled()
+    assert settled is not None
+    assert [(c.call_id, c.state, c.result) for c in settled] == [
+        ("t1.0", CallState.FAILED, ok_result("a")),
+        ("t1.1", CallState.SUCCEEDED, ok_result("b")),
+    ]
+
+
+def test_results_without_their_outcome_or_of_other_calls_are_not_kept() -> None:
+    started = _started(calls=1)
+    started.note(CallResult(run_id="r", turn=1, call_id="t1.0", state="rejected"))  # no result
+    started.note(_result("t9.0"))  # not a call of this turn
+    started.note(_result("t1.0", state="no-such-state"))
+    assert started.settled() is None
+    assert started.results == {}

@@ -1,0 +1,133 @@
+"""Forged stream messages: the validator decides from the order model_turn writes with the call
+records, and its step is guarded on that order matching the ledger.  An order that claims
+another identity or other arguments decides nothing; the validator decides from the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import redis.asyncio as aioredis
+
+from shared.envelopes import DecideOrder, ProposedOrder, ValidateRequest, encode, new_id
+from shared.records import CallRecord, RunRecord
+from shared.states import CallState, RunState
+from shared.store import Ledger
+from shared.tx import Tx
+from tests.chaos.conftest import Deployment
+
+WORKSHOP = ("services.demo.workshop",)
+FOR_BOB = orjson.dumps({"event_id": "ws-101", "participant_id": "p-bob"}).decode()
+FOR_ALICE = orjson.dumps({"event_id": "ws-101", "participant_id": "p-alice"}).decode()
+
+
+async def _validating_run(deployment: Deployment, raw_arguments: str) -> str:
+    """A run as model_turn leaves it: alice's, validating turn 1, one reserve_seat call."""
+    run_id = f"run-forged-{new_id()}"
+    redis = aioredis.Redis.from_url(deployment.settings.redis_url)
+    try:
+        ledger = Ledger(redis, deployment.keys, deployment.settings)
+        run = RunRecord(
+            run_id=run_id,
+            status=RunState.VALIDATING,
+            api="openai-chat",
+            model="chaos-injection",
+            input="hello",
+            turn=1,
+            identity={"user": "alice"},
+            tool_modules=list(WORKSHOP),
+        )
+        assert await ledger.create_run(run)
+        call = CallRecord(
+            run_id=run_id,
+            call_id="t1.0",
+            turn=1,
+            index=0,
+            provider_call_id=f"call_{new_id()}",
+            tool="reserve_seat",
+            raw_arguments=raw_arguments,
+        )
+        tx = ledger.create_call(Tx(), call)
+        tx.rpush(deployment.keys.turn_calls(run_id, 1), "t1.0")
+        assert (await ledger.apply(tx)).ok
+    finally:
+        await redis.aclose()
+    return run_id
+
+
+async def _post(deployment: Deployment, run_id: str, order: DecideOrder) -> None:
+    message = ValidateRequest(run_id=run_id, turn=1, call_ids=("t1.0",), order=order)
+    redis = aioredis.Redis.from_url(deployment.settings.redis_url)
+    try:
+        await redis.xadd(deployment.keys.run_stream("validate", run_id), {"d": encode(message)})
+    finally:
+        await redis.aclose()
+
+
+async def _decided(deployment: Deployment, run_id: str) -> CallRecord:
+    for _ in range(200):
+        call = await deployment.call(run_id, "t1.0")
+        if call.state != CallState.REQUESTED:
+            return call
+        await asyncio.sleep(0.05)
+    raise AssertionError("the validator decided nothing")
+
+
+def _order(user: str, raw: str) -> DecideOrder:
+    return DecideOrder(
+        identity={"user": user},
+        tool_modules=WORKSHOP,
+        allowed_tools=None,
+        batch_policy="hold_effects",
+        approval_ttl_s=None,
+        calls=(ProposedOrder(call_id="t1.0", index=0, tool="reserve_seat", raw_arguments=raw),),
+    )
+
+
+async def test_an_order_claiming_another_identity_is_decided_as_the_ledger_says(
+    fresh: Deployment,
+) -> None:
+    # bob may reserve for p-bob (with an approval); the run is alice's, who may not.
+    run_id = await _validating_run(fresh, FOR_BOB)
+    await _post(fresh, run_id, _order("bob", FOR_BOB))
+
+    call = await _decided(fresh, run_id)
+
+    assert call.state == CallState.REJECTED
+    assert call.result is not None and call.result["error"]["code"] == "not_authorized"
+    assert call.approval_id is None
+    assert _mismatch_logged(fresh, run_id)
+
+
+async def test_an_order_with_other_arguments_is_decided_on_the_recorded_ones(
+    fresh: Deployment,
+) -> None:
+    # The model asked for p-bob; an order saying p-alice (alice's own) must not pass for it.
+    run_id = await _validating_run(fresh, FOR_BOB)
+    await _post(fresh, run_id, _order("alice", FOR_ALICE))
+
+    call = await _decided(fresh, run_id)
+
+    assert call.state == CallState.REJECTED
+    assert call.result is not None and call.result["error"]["code"] == "not_authorized"
+    assert call.arguments == {"event_id": "ws-101", "participant_id": "p-bob"}
+
+
+async def test_a_matching_order_is_decided_as_it_stands(fresh: Deployment) -> None:
+    run_id = await _validating_run(fresh, FOR_ALICE)
+    await _post(fresh, run_id, _order("alice", FOR_ALICE))
+
+    call = await _decided(fresh, run_id)
+
+    # alice may reserve for herself, with a human's approval.
+    assert call.state == CallState.NEEDS_APPROVAL
+    assert call.approval_id is not None
+    assert call.arguments == {"event_id": "ws-101", "participant_id": "p-alice"}
+    assert not _mismatch_logged(fresh, run_id)
+
+
+def _mismatch_logged(deployment: Deployment, run_id: str) -> bool:
+    return any(
+        "does not match the ledger" in line and run_id in line
+        for line in deployment.worker_logs()
+    )
