@@ -23,10 +23,12 @@ import aiohttp
 from shared.crashpoints import crash_point
 from shared.envelopes import CallResult, Envelope, ExecRequest, ReadOrder, ReconcileRequest
 from shared.errors import EnvelopeError, NotFoundError, ToolError
+from shared.keys import Keys
 from shared.logs import log_fields
 from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState
+from shared.steps import expect_recorded
 from shared.streams import Delivery, Handler
 from shared.tools import Effect, Tool, ToolContext, call_context, context_of, load_registry
 from shared.tx import Tx
@@ -59,10 +61,13 @@ class Executor:
         if message.read is not None:
             tool = _ordered_tool(message.read)
             if tool is not None:
-                await self._read(
-                    _Read.ordered(message, message.read), tool, message.chain, delivery
+                read = _Read.ordered(message, message.read)
+                if await self._read(read, tool, message.chain, delivery):
+                    return
+                log.warning(
+                    "read order does not match the ledger; running it from the ledger",
+                    extra=log_fields(run_id=message.run_id, call_id=message.call_id),
                 )
-                return
         run, [call] = await self.ledger.run_and_calls(message.run_id, [message.call_id])
         if call is None or run is None:
             raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
@@ -94,15 +99,24 @@ class Executor:
 
     async def _read(
         self, read: _Read, tool: Tool[Any], chain: tuple[str, ...], delivery: Delivery
-    ) -> None:
+    ) -> bool:
         """A read runs first and is taken and settled in one step: redoing it is harmless,
-        so a separate durable take would only cost a round trip on every tool call."""
+        so a separate durable take would only cost a round trip on every tool call.
+
+        A read from its order is settled only if the ledger holds what the order says the
+        validator decided (tool, version, arguments, the run's identity and modules); False
+        if it does not, and nothing is written."""
+        tx = Tx()
+        if read.order is not None:
+            try:
+                _bind(tx, self.rt.keys, read, read.order)
+            except ValueError:  # values no record could hold: not what the validator wrote
+                return False
         crash_point("executor.after_take")
         attempt = read.attempts + 1
         ctx = context_of(read.run_id, read.call_id, read.turn, read.identity, self.session, attempt)
         outcome = await self._execute(ctx, tool, read.arguments, read.call_id)
         crash_point("executor.after_request")
-        tx = Tx()
         fields: dict[str, Any] = {} if outcome.result is None else {"result": outcome.result}
         self.ledger.call_run_through(
             tx,
@@ -118,8 +132,9 @@ class Executor:
         self._report(
             tx, read.run_id, read.turn, read.call_id, outcome, chain, tool.sensitive_fields
         )
-        await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
+        result = await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
         crash_point("executor.after_persist")
+        return result.failed is None or result.failed.field not in READ_ORDER_FIELDS
 
     def _taken(self, attempt: int) -> dict[str, Any]:
         return {"attempts": attempt, "executor": self.rt.consumer}
@@ -296,6 +311,7 @@ class _Read:
     attempts: int
     arguments: dict[str, Any]
     identity: dict[str, Any]
+    order: ReadOrder | None = None
 
     @classmethod
     def ordered(cls, message: ExecRequest, order: ReadOrder) -> _Read:
@@ -307,6 +323,7 @@ class _Read:
             0,
             order.arguments,
             order.identity,
+            order,
         )
 
     @classmethod
@@ -320,6 +337,17 @@ class _Read:
             call.arguments or {},
             run.identity,
         )
+
+
+READ_ORDER_FIELDS = frozenset({"tool", "tool_version", "arguments", "identity", "tool_modules"})
+
+
+def _bind(tx: Tx, keys: Keys, read: _Read, order: ReadOrder) -> None:
+    """Guard ``tx`` on the ledger holding what ``order`` says the validator decided."""
+    call = {"tool": order.tool, "tool_version": order.tool_version, "arguments": order.arguments}
+    expect_recorded(tx, CallRecord, keys.call(read.run_id, read.call_id), call)
+    run = {"identity": order.identity, "tool_modules": list(order.tool_modules)}
+    expect_recorded(tx, RunRecord, keys.run(read.run_id), run)
 
 
 def _ordered_tool(order: ReadOrder) -> Tool[Any] | None:

@@ -48,9 +48,10 @@ from shared.providers.base import (
     TurnInput,
     TurnOutcome,
 )
-from shared.records import CallRecord, RunRecord, encode_fields
+from shared.records import CallRecord, RunRecord
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import RUN_TERMINAL, RunState
+from shared.steps import expect_recorded
 from shared.store import Ledger, require_calls
 from shared.streams import Delivery, Handler
 from shared.tools import load_registry
@@ -418,11 +419,9 @@ class ModelTurn:
         for call in calls:
             key = self.rt.keys.call(run.run_id, call.call_id)
             try:
-                [stored] = encode_fields(CallRecord, {"result": call.result})[0].values()
+                expect_recorded(tx, CallRecord, key, {"state": call.state, "result": call.result})
             except ValueError:
                 return False  # not a result at all: the ledger has the real one
-            tx.expect(key, "state", call.state.value)
-            tx.expect(key, "result", stored.decode() if isinstance(stored, bytes) else stored)
         executing = run.model_copy(update={"status": RunState.EXECUTING})
         return await self._next_turn(tx, executing, step.calls, delivery)
 

@@ -37,9 +37,10 @@ from shared.errors import EnvelopeError, NotFoundError
 from shared.expiry import ApprovalExpiryScheduler
 from shared.logs import log_fields
 from shared.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
-from shared.records import RunRecord, encode_fields, error_result
+from shared.records import CallRecord, RunRecord, error_result
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
+from shared.steps import expect_recorded
 from shared.store import now_ms, require_calls
 from shared.streams import Delivery, Handler
 from shared.tools import Effect, context_of, load_registry
@@ -141,18 +142,11 @@ class Validator:
 
     def _bound_to(self, tx: Tx, run_id: str, order: DecideOrder) -> Tx:
         """Guard ``tx`` on the ledger holding exactly what ``order`` says was recorded."""
-        run = self.rt.keys.run(run_id)
-        values = {name: getattr(order, name) for name in RUN_ORDER_FIELDS}
-        to_set, missing = encode_fields(RunRecord, values)
-        for name, encoded in to_set.items():
-            tx.expect(run, name, _text(encoded))
-        for name in missing:
-            tx.expect_field_missing(run, name)
+        run = {name: getattr(order, name) for name in RUN_ORDER_FIELDS}
+        expect_recorded(tx, RunRecord, self.rt.keys.run(run_id), run)
         for call in order.calls:
-            key = self.rt.keys.call(run_id, call.call_id)
-            tx.expect(key, "tool", call.tool)
-            tx.expect(key, "index", str(call.index))
-            tx.expect(key, "raw_arguments", call.raw_arguments)
+            recorded = {"tool": call.tool, "index": call.index, "raw_arguments": call.raw_arguments}
+            expect_recorded(tx, CallRecord, self.rt.keys.call(run_id, call.call_id), recorded)
         return tx
 
     async def _decide(self, run_id: str, turn: int, order: DecideOrder) -> list[Decision]:
@@ -297,10 +291,6 @@ def _decided(order: DecideOrder, call: ProposedOrder, d: Decision) -> Decided:
         resource_key=_resource(d),
         read=read,
     )
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

@@ -32,6 +32,20 @@ def runs_index(keys: Keys, partition: int) -> str:
     return f"{keys.tag(partition)}:runs"
 
 
+def expect_recorded(
+    tx: Tx, model: type[RunRecord] | type[CallRecord], key: str, values: dict[str, Any]
+) -> Tx:
+    """Guard ``tx`` on record ``key`` holding exactly ``values`` (absent where None), encoded
+    as ``model`` records them: a step that relies on what a message says was recorded checks
+    it in the same atomic step.  `ValueError` for a value the record could never hold."""
+    to_set, missing = encode_fields(model, values)
+    for name, encoded in to_set.items():
+        tx.expect(key, name, encoded.decode() if isinstance(encoded, bytes) else encoded)
+    for name in missing:
+        tx.expect_field_missing(key, name)
+    return tx
+
+
 def _states(states: Any) -> list[str]:
     return [str(states)] if isinstance(states, str) else [str(s) for s in states]
 

@@ -1,10 +1,11 @@
 """The executor's read path against a real Redis: an allowed read runs from the order its
 exec message carries, is taken and settled (and its message acked) in one step, and an order
-that no longer matches the ledger changes nothing."""
+that does not match the ledger (stale or forged) settles nothing from itself."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -68,23 +69,34 @@ async def _results(rt: Runtime, run_id: str) -> list[str]:
     return [decode(fields[b"d"]).msg_id for _, fields in entries]
 
 
+def _counting_reads(executor: Executor) -> list[str]:
+    """Spy on the ledger read the executor does when it does not run from an order."""
+    reads: list[str] = []
+    read = executor.ledger.run_and_calls
+
+    async def counted(run_id: str, call_ids: Any) -> Any:
+        reads.append(run_id)
+        return await read(run_id, call_ids)
+
+    executor.ledger.run_and_calls = counted  # type: ignore[method-assign]
+    return reads
+
+
 async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
     executor: Executor,
 ) -> None:
     rt = executor.rt
-    run_id, call_id = await _allowed_read(rt, "from-ledger")
-    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("from-order"))
+    run_id, call_id = await _allowed_read(rt, "k")
+    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("k"))
     delivery = await _deliver(rt, message)
+    reads = _counting_reads(executor)
 
     await executor.handle(message, delivery)
 
     call = await rt.ledger.get_call(run_id, call_id)
     assert call is not None and call.state == CallState.SUCCEEDED
-    # The arguments came from the order, i.e. nothing was read from the ledger first.
-    assert call.result == {
-        "status": "ok",
-        "payload": {"key": "from-order", "value": "value of from-order"},
-    }
+    assert call.result == {"status": "ok", "payload": {"key": "k", "value": "value of k"}}
+    assert reads == []  # nothing was read from the ledger first
     assert call.attempts == 1 and call.executor == rt.consumer
     moves = [
         (e.data["from"], e.data["to"])
@@ -97,9 +109,34 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
     assert len(await _results(rt, run_id)) == 1
 
 
-async def test_an_order_for_a_call_already_settled_writes_nothing(executor: Executor) -> None:
+@pytest.mark.parametrize(
+    "order",
+    [
+        _order("forged"),
+        _order("k").model_copy(update={"identity": {"user": "admin"}}),
+    ],
+    ids=["other-arguments", "other-identity"],
+)
+async def test_an_order_the_ledger_contradicts_runs_as_the_ledger_says(
+    executor: Executor, order: ReadOrder
+) -> None:
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "k")
+    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=order)
+    reads = _counting_reads(executor)
+
+    await executor.handle(message, await _deliver(rt, message))
+
+    call = await rt.ledger.get_call(run_id, call_id)
+    assert call is not None and call.state == CallState.SUCCEEDED
+    assert call.result == {"status": "ok", "payload": {"key": "k", "value": "value of k"}}
+    assert reads == [run_id]
+    assert len(await _results(rt, run_id)) == 1
+
+
+async def test_an_order_for_a_call_already_settled_writes_nothing(executor: Executor) -> None:
+    rt = executor.rt
+    run_id, call_id = await _allowed_read(rt, "first")
     first = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("first"))
     await executor.handle(first, await _deliver(rt, first))
     again = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("second"))
