@@ -5,7 +5,6 @@ that does not match the ledger (stale or forged) settles nothing from itself."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +18,7 @@ from shared.service import Runtime, build_runtime
 from shared.states import CallState, RunState
 from shared.stream_redis import ensure_groups
 from shared.streams import Delivery
+from tests.ledger_spy import count_run_and_calls
 
 GROUP = "executor"
 
@@ -69,19 +69,6 @@ async def _results(rt: Runtime, run_id: str) -> list[str]:
     return [decode(fields[b"d"]).msg_id for _, fields in entries]
 
 
-def _counting_reads(executor: Executor) -> list[str]:
-    """Spy on the ledger read the executor does when it does not run from an order."""
-    reads: list[str] = []
-    read = executor.ledger.run_and_calls
-
-    async def counted(run_id: str, call_ids: Any) -> Any:
-        reads.append(run_id)
-        return await read(run_id, call_ids)
-
-    executor.ledger.run_and_calls = counted  # type: ignore[method-assign]
-    return reads
-
-
 async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
     executor: Executor,
 ) -> None:
@@ -89,7 +76,7 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
     run_id, call_id = await _allowed_read(rt, "k")
     message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("k"))
     delivery = await _deliver(rt, message)
-    reads = _counting_reads(executor)
+    reads = count_run_and_calls(executor.ledger)
 
     await executor.handle(message, delivery)
 
@@ -123,7 +110,7 @@ async def test_an_order_the_ledger_contradicts_runs_as_the_ledger_says(
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "k")
     message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=order)
-    reads = _counting_reads(executor)
+    reads = count_run_and_calls(executor.ledger)
 
     await executor.handle(message, await _deliver(rt, message))
 

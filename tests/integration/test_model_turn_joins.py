@@ -18,6 +18,7 @@ from shared.service import build_runtime
 from shared.states import CallState, RunState
 from shared.streams import Delivery
 from shared.tx import Tx
+from tests.ledger_spy import count_run_and_calls
 
 RESULT = ok_result({"key": "k1", "value": "recorded"})
 
@@ -74,19 +75,6 @@ async def _turn_with_its_call_run(worker: ModelTurn) -> str:
     return run.run_id
 
 
-def _counting_reads(worker: ModelTurn) -> list[str]:
-    """Spy on the ledger read the join does when it cannot trust what it carries."""
-    reads: list[str] = []
-    read = worker.ledger.run_and_calls
-
-    async def counted(run_id: str, call_ids: Any) -> Any:
-        reads.append(run_id)
-        return await read(run_id, call_ids)
-
-    worker.ledger.run_and_calls = counted  # type: ignore[method-assign]
-    return reads
-
-
 async def _history_text(worker: ModelTurn, run_id: str) -> str:
     items = await worker.ledger.redis.lrange(worker.rt.keys.history(run_id), 0, -1)
     return " ".join(orjson.loads(item).__repr__() for item in items)
@@ -96,7 +84,7 @@ async def test_a_result_that_came_with_its_outcome_is_appended_without_a_read(
     worker: ModelTurn,
 ) -> None:
     run_id = await _turn_with_its_call_run(worker)
-    reads = _counting_reads(worker)
+    reads = count_run_and_calls(worker.ledger)
 
     message = CallResult(run_id=run_id, turn=1, call_id="t1.0", state="succeeded", result=RESULT)
     await worker.on_call_result(message, _delivery())
@@ -120,7 +108,7 @@ async def test_a_result_message_the_ledger_contradicts_never_reaches_the_model(
     worker: ModelTurn, state: str, result: dict[str, Any]
 ) -> None:
     run_id = await _turn_with_its_call_run(worker)
-    reads = _counting_reads(worker)
+    reads = count_run_and_calls(worker.ledger)
 
     message = CallResult(run_id=run_id, turn=1, call_id="t1.0", state=state, result=result)
     await worker.on_call_result(message, _delivery())

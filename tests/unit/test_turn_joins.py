@@ -22,7 +22,10 @@ class Join:
         return await self.end
 
 
-async def _two_results(first_ends: bool | Exception) -> list[str]:
+Started = tuple[TurnJoins, list[str], Join, Join, "asyncio.Task[None]", "asyncio.Task[None]"]
+
+
+async def _second_arrives_during_first() -> Started:
     joins, calls = TurnJoins(), []
     first, second = Join("first", calls), Join("second", calls)
     one = asyncio.create_task(joins.join(("run", 1), first))
@@ -30,6 +33,11 @@ async def _two_results(first_ends: bool | Exception) -> list[str]:
     two = asyncio.create_task(joins.join(("run", 1), second))
     await asyncio.sleep(0)
     assert calls == ["first"]  # the second waits for the first
+    return joins, calls, first, second, one, two
+
+
+async def _two_results(first_ends: bool | Exception) -> list[str]:
+    joins, calls, first, second, one, two = await _second_arrives_during_first()
     if isinstance(first_ends, Exception):
         first.end.set_exception(first_ends)
     else:
@@ -65,12 +73,7 @@ async def test_other_turns_join_at_once() -> None:
 
 
 async def test_cancelling_a_waiting_result_leaves_the_running_join_alone() -> None:
-    joins, calls = TurnJoins(), []
-    first, second = Join("first", calls), Join("second", calls)
-    one = asyncio.create_task(joins.join(("run", 1), first))
-    await asyncio.sleep(0)
-    two = asyncio.create_task(joins.join(("run", 1), second))
-    await asyncio.sleep(0)
+    _, calls, first, _, one, two = await _second_arrives_during_first()
     two.cancel()
     with pytest.raises(asyncio.CancelledError):
         await two
