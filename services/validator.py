@@ -37,7 +37,13 @@ from shared.errors import EnvelopeError, NotFoundError
 from shared.expiry import ApprovalExpiryScheduler
 from shared.logs import log_fields
 from shared.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
-from shared.records import CallRecord, RunRecord, error_result
+from shared.records import (
+    RAW_ARGUMENTS_MAX_BYTES,
+    CallRecord,
+    RunRecord,
+    error_result,
+    truncate_utf8,
+)
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import CallState, RunState
 from shared.steps import expect_recorded
@@ -111,8 +117,11 @@ class Validator:
         still validating this turn and on the order matching the ledger; False if it did
         not match."""
         run_id, turn = message.run_id, message.turn
+        try:
+            tx = self._bound_to(Tx(), run_id, order)
+        except ValueError:  # values no record could hold: not what model_turn wrote
+            return False
         decisions = await self._decide(run_id, turn, order)
-        tx = self._bound_to(Tx(), run_id, order)
         decided: list[Decided] = []
         approvals: list[ApprovalRecord] = []
         for call, decision in zip(order.calls, decisions, strict=True):
@@ -145,6 +154,8 @@ class Validator:
         run = {name: getattr(order, name) for name in RUN_ORDER_FIELDS}
         expect_recorded(tx, RunRecord, self.rt.keys.run(run_id), run)
         for call in order.calls:
+            if truncate_utf8(call.raw_arguments, RAW_ARGUMENTS_MAX_BYTES) != call.raw_arguments:
+                raise ValueError("raw arguments longer than a call record keeps")
             recorded = {"tool": call.tool, "index": call.index, "raw_arguments": call.raw_arguments}
             expect_recorded(tx, CallRecord, self.rt.keys.call(run_id, call.call_id), recorded)
         return tx

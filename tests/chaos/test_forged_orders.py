@@ -10,7 +10,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from shared.envelopes import DecideOrder, ProposedOrder, ValidateRequest, encode, new_id
-from shared.records import CallRecord, RunRecord
+from shared.records import RAW_ARGUMENTS_MAX_BYTES, CallRecord, RunRecord
 from shared.states import CallState, RunState
 from shared.store import Ledger
 from shared.tx import Tx
@@ -131,3 +131,18 @@ def _mismatch_logged(deployment: Deployment, run_id: str) -> bool:
         "does not match the ledger" in line and run_id in line
         for line in deployment.worker_logs()
     )
+
+
+async def test_an_order_longer_than_a_record_keeps_is_decided_from_the_ledger(
+    fresh: Deployment,
+) -> None:
+    # A call record keeps the first RAW_ARGUMENTS_MAX_BYTES of what the model sent; an order
+    # whose raw arguments only *begin* with the recorded ones must not pass for them.
+    recorded = FOR_ALICE.ljust(RAW_ARGUMENTS_MAX_BYTES)
+    run_id = await _validating_run(fresh, recorded + "x")  # the record cuts the "x"
+    await _post(fresh, run_id, _order("alice", recorded + "x"))
+
+    call = await _decided(fresh, run_id)
+
+    assert call.raw_arguments == recorded
+    assert _mismatch_logged(fresh, run_id)
