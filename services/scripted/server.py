@@ -157,7 +157,7 @@ class ScriptedApp:
         entry["status"] = 200
         _log_line(entry)
         if stream:
-            streamed = await self._stream(request, wire, plan, turn, body, rid)
+            streamed = await self._stream(request, wire, plan, turn, body, rid, entry)
             # Monotonic, this process only: for the benchmark's model-to-model round trips.
             entry["answered_ns"] = time.monotonic_ns()
             return streamed
@@ -179,6 +179,7 @@ class ScriptedApp:
         turn: Turn,
         body: dict[str, Any],
         rid: str,
+        entry: dict[str, Any],
     ) -> web.StreamResponse:
         failing = plan.fault("stream_error")
         events = wire.render_stream(turn, body, failing.after_events if failing else None, failing)
@@ -197,7 +198,7 @@ class ScriptedApp:
                 await asyncio.sleep(gap)
             await resp.write(event.encode())
         if drop is not None:
-            self.log[-1]["dropped"] = True
+            entry["dropped"] = True  # this request's entry: others may have been logged since
             _drop(request)
             return resp
         await resp.write_eof()
