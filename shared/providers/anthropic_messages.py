@@ -13,9 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, cast
-
-import anthropic
+from typing import TYPE_CHECKING, Any, cast
 
 from shared.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
 from shared.providers.base import (
@@ -49,9 +47,11 @@ from shared.providers.common import (
     version_header,
 )
 
+if TYPE_CHECKING:
+    import anthropic
+
 PROVIDER = "anthropic"
 API = "anthropic-messages"
-SDK_VERSION: str = anthropic.__version__
 DEFAULT_MAX_TOKENS = 1024
 """`max_tokens` is required by the API; used when the turn sets no limit."""
 
@@ -221,6 +221,8 @@ class MessagesStream:
 def map_errors() -> Iterator[None]:
     """Map every anthropic SDK exception (and the bare httpx2 errors its stream iterator
     lets through) to the error tree, once, at the boundary."""
+    import anthropic
+
     try:
         with map_transport_errors():
             yield
@@ -244,6 +246,12 @@ def map_errors() -> Iterator[None]:
         raise make_error("server_error", error_message(exc.body, exc.message)) from exc
 
 
+def _sdk_version() -> str:
+    import anthropic
+
+    return anthropic.__version__
+
+
 class AnthropicMessagesAdapter:
     """`ProviderAdapter` for the Messages API; streams unless `stream=False`."""
 
@@ -257,6 +265,8 @@ class AnthropicMessagesAdapter:
     def client(self) -> anthropic.AsyncAnthropic:
         """Endpoint and key from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY; no SDK retries."""
         if self._client is None:
+            import anthropic  # here, not at the top: importing it takes seconds
+
             self._client = anthropic.AsyncAnthropic(max_retries=0)
         return self._client
 
@@ -309,7 +319,7 @@ class AnthropicMessagesAdapter:
         usage = raw.get("usage") or {}
         version = version_header(self.client.default_headers, "anthropic-version")
         return outcome(
-            RecordMeta(PROVIDER, API, SDK_VERSION, version),
+            RecordMeta(PROVIDER, API, _sdk_version(), version),
             event,
             raw,
             response_id=raw.get("id"),

@@ -10,9 +10,7 @@ interleaved with other indexes.  The stream is done at the chunk carrying
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
-
-import openai
+from typing import TYPE_CHECKING, Any, cast
 
 from shared.errors import ProviderError
 from shared.providers.base import (
@@ -39,11 +37,14 @@ from shared.providers.common import (
 )
 from shared.providers.openai_common import (
     PROVIDER,
-    SDK_VERSION,
     api_version,
     make_client,
     map_errors,
+    sdk_version,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 API = "openai-chat"
 
@@ -247,7 +248,7 @@ class OpenAIChatAdapter:
 
     def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
         usage = raw.get("usage") or {}
-        meta = RecordMeta(PROVIDER, API, SDK_VERSION, api_version(self.client))
+        meta = RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
         return outcome(
             meta,
             event,

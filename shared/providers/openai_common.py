@@ -1,11 +1,17 @@
-"""What the two OpenAI adapters share: the client and the SDK error boundary."""
+"""What the two OpenAI adapters share: the client and the SDK error boundary.
+
+The SDK is imported where it is first needed, not here: a process that only builds a
+protocol's history (ingress) or never calls the provider must not pay for its import.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import openai
+if TYPE_CHECKING:
+    import openai
 
 from shared.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
 from shared.providers.base import FailureKind
@@ -18,7 +24,6 @@ from shared.providers.common import (
 )
 
 PROVIDER = "openai"
-SDK_VERSION: str = openai.__version__
 
 # Error codes / types seen in error bodies that arrive without an HTTP status (an `error`
 # event inside a 200 stream, or `response.error` of a failed response).
@@ -41,7 +46,15 @@ NOT_RETRYABLE_CODES = frozenset({"insufficient_quota"})
 def make_client() -> openai.AsyncOpenAI:
     """Endpoint and key come from OPENAI_BASE_URL / OPENAI_API_KEY; retries are the
     model_turn worker's job (counted against the run's budget), so the SDK makes none."""
+    import openai
+
     return openai.AsyncOpenAI(max_retries=0)
+
+
+def sdk_version() -> str:
+    import openai
+
+    return openai.__version__
 
 
 def api_version(client: openai.AsyncOpenAI) -> str | None:
@@ -70,6 +83,8 @@ def error_from_body(body: object, fallback: str, *, status: int | None = None) -
 @contextlib.contextmanager
 def map_errors() -> Iterator[None]:
     """Map every openai SDK exception to the error tree, once, at the boundary."""
+    import openai
+
     try:
         with map_transport_errors():
             yield

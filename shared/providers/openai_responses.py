@@ -8,9 +8,7 @@ items say what it is.  A stream is done only at `response.completed` /
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
-
-import openai
+from typing import TYPE_CHECKING, Any, cast
 
 from shared.errors import ProviderError
 from shared.providers.base import (
@@ -38,12 +36,15 @@ from shared.providers.common import (
 )
 from shared.providers.openai_common import (
     PROVIDER,
-    SDK_VERSION,
     api_version,
     error_from_body,
     make_client,
     map_errors,
+    sdk_version,
 )
+
+if TYPE_CHECKING:
+    import openai
 
 API = "openai-responses"
 
@@ -235,7 +236,7 @@ class OpenAIResponsesAdapter:
 
     def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
         usage = raw.get("usage") or {}
-        meta = RecordMeta(PROVIDER, API, SDK_VERSION, api_version(self.client))
+        meta = RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
         return outcome(
             meta,
             event,
