@@ -186,6 +186,7 @@ class Tool(Generic[A]):
     sensitive_fields: frozenset[str] = frozenset()
     """Argument/result field names never written to logs or events."""
     _schema: dict[str, Any] = field(init=False, repr=False, compare=False)
+    _spec: ToolSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Fail at import time, not on the first call, when a declaration is wrong.
@@ -200,13 +201,16 @@ class Tool(Generic[A]):
         if self.effect is Effect.WRITE and self.reconcile is None:
             raise ValueError(f"tool {self.name!r}: a write must define reconcile")
         object.__setattr__(self, "_schema", to_tool_schema(self.args_model))
+        object.__setattr__(self, "_spec", ToolSpec(self.name, self.description, self.json_schema()))
 
     def json_schema(self) -> dict[str, Any]:
         """The argument schema the model sees (a fresh copy; safe to mutate)."""
         return copy.deepcopy(self._schema)
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, self.description, self.json_schema())
+        """The same spec every turn (adapters only read it): a deep copy per turn cost
+        model_turn 3.5% of its CPU in the throughput benchmark."""
+        return self._spec
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> A:
         """Parse arguments strictly in JSON mode (the mode the model's text arrives in).
