@@ -16,6 +16,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
+from enum import Enum
 from functools import cache
 from typing import Annotated, Any, Literal, Self
 
@@ -186,6 +187,9 @@ def encode_fields(
         kind = kinds.get(name)
         if kind is None:
             raise ValueError(f"{model.__name__} has no field {name!r}")
+        if type(value) is _plain_type(model, name):
+            to_set[name] = value.value if isinstance(value, Enum) else str(value)
+            continue
         checked = _adapter(model, name).validate_python(value)
         if checked is None:
             to_delete.append(name)
@@ -202,6 +206,21 @@ def _adapter(model: type[_Record], name: str) -> TypeAdapter[Any]:
     if info.metadata:
         annotation = Annotated[(annotation, *info.metadata)]
     return TypeAdapter(annotation)
+
+
+@cache
+def _plain_type(model: type[_Record], name: str) -> type | None:
+    """The type whose exact instances the field takes as they are (``str``, ``int`` or an
+    enum, nothing to check), so they skip pydantic: every step of every call encodes some."""
+    info = model.model_fields[name]
+    annotation: Any = info.annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else None
+    plain = annotation in (str, int) or (
+        isinstance(annotation, type) and issubclass(annotation, Enum)
+    )
+    return annotation if plain and not info.metadata else None
 
 
 @cache
