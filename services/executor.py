@@ -176,7 +176,9 @@ class Executor:
         args = tool.validate(arguments)
         started = time.perf_counter()
         try:
-            payload = await asyncio.wait_for(tool.execute(ctx, args, operation_id), tool.timeout_s)
+            # A timeout scope, not wait_for: on Python 3.11 that wraps every call in a task.
+            async with asyncio.timeout(tool.timeout_s):
+                payload = await tool.execute(ctx, args, operation_id)
             return Outcome(CallState.SUCCEEDED, ok_result(payload))
         except ToolError as exc:
             return Outcome(CallState.FAILED, error_result(exc.code, exc.message))
