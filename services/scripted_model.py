@@ -101,8 +101,8 @@ class ScriptedModelServer:
 
     @property
     def log(self) -> list[dict[str, Any]]:
-        """Every request received so far (the same list `GET /_log` returns)."""
-        return self._app.log
+        """The requests received so far, the last `LOG_LIMIT` (what `GET /_log` returns)."""
+        return list(self._app.log)
 
     def reset(self) -> None:
         self._app.reset()

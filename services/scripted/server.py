@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,10 @@ from services.scripted.wires import ANTHROPIC, CHAT, RESPONSES, Wire
 
 log = logging.getLogger("callgate.scripted_model")
 
+LOG_LIMIT = 10_000
+"""Requests kept in the log (oldest dropped first): a long-running server must not grow
+without bound, and a test or benchmark reads only its recent requests."""
+
 
 @dataclass
 class _Plan:
@@ -54,7 +59,7 @@ class ScriptedApp:
         self.dirs = dirs
         self.extra: dict[str, Scenario] = {}
         self.counter = AttemptCounter()
-        self.log: list[dict[str, Any]] = []
+        self.log: deque[dict[str, Any]] = deque(maxlen=LOG_LIMIT)
 
     def build(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -70,7 +75,7 @@ class ScriptedApp:
         self.counter.reset()
 
     async def _get_log(self, request: web.Request) -> web.Response:
-        return web.Response(body=orjson.dumps(self.log), content_type="application/json")
+        return web.Response(body=orjson.dumps(list(self.log)), content_type="application/json")
 
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()

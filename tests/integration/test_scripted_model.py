@@ -764,3 +764,21 @@ async def test_cli_prints_port_serves_log_and_reset(tmp_path: Path) -> None:
         await asyncio.wait_for(proc.wait(), 10)
     stderr = (await proc.stderr.read()).decode()
     assert "step=0" in stderr and "sk-SECRET-KEY" not in stderr
+
+
+async def test_request_log_keeps_only_the_latest_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long-running server's log stays bounded; the newest requests are the ones kept."""
+    monkeypatch.setattr("services.scripted.server.LOG_LIMIT", 3)
+    async with ScriptedModelServer(DEFAULT_SCENARIOS) as s:
+        client = oai(s)
+        try:
+            for n in range(5):
+                await client.chat.completions.create(
+                    model="final-answer", messages=[{"role": "user", "content": f"q{n}"}]
+                )
+        finally:
+            await _OPEN.pop().close()
+        asked = [e["body"]["messages"][0]["content"] for e in s.log]
+    assert asked == ["q2", "q3", "q4"]
