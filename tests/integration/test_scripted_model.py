@@ -782,3 +782,28 @@ async def test_request_log_keeps_only_the_latest_requests(
             await _OPEN.pop().close()
         asked = [e["body"]["messages"][0]["content"] for e in s.log]
     assert asked == ["q2", "q3", "q4"]
+
+
+async def test_a_drop_marks_its_own_request_when_another_was_logged_meanwhile(
+    server: ScriptedModelServer,
+) -> None:
+    """The drop is flagged on the dropped request's entry even when a concurrent request
+    was logged after it (the last entry is then the other one)."""
+    slow_drop = [
+        {"type": "drop", "after_events": 4, "times": 1},
+        {"type": "delay", "event_gap_s": 0.1},
+    ]
+    server.add_scenario(
+        "slow-drop",
+        scenario({"tool_calls": [{"name": "get_weather", "arguments": ARGS}], "fault": slow_drop}),
+    )
+    dropped = asyncio.create_task(ask(server, "chat", first_request("chat", "slow-drop"), True))
+    while not server.log:
+        await asyncio.sleep(0.01)
+    await ask(server, "chat", first_request("chat", "final-answer"), True)
+    with pytest.raises(openai.APIConnectionError):
+        await dropped
+    assert [(e["scenario"], e.get("dropped")) for e in server.log] == [
+        ("slow-drop", True),
+        ("final-answer", None),
+    ]
