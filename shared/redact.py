@@ -26,6 +26,8 @@ _SECRET_KEY = re.compile(
 _SECRET_VALUE = re.compile(
     r"^(bearer\s+\S+|basic\s+\S+|sk-[A-Za-z0-9_-]{12,}|sk-ant-\S+|xox[abprs]-\S+)", re.IGNORECASE
 )
+_SECRET_VALUE_STARTS = frozenset("bBsSxX\u017f")
+"""Every first character `_SECRET_VALUE` can match (ſ folds to s): other strings skip it."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -35,19 +37,34 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(data: Any, sensitive: Collection[str] = frozenset()) -> Any:
-    """A copy of ``data`` without secrets; ``sensitive`` adds field names a tool marks private."""
+    """A copy of ``data`` without secrets; ``sensitive`` adds field names a tool marks private.
+
+    Every event of every step comes through here, so the common types are tested first."""
+    kind = type(data)
+    if kind is str:
+        return _redact_text(data)
+    if kind is int or data is None:
+        return data
     if isinstance(data, dict):
-        return {
-            key: REDACTED
-            if (isinstance(key, str) and (key in sensitive or is_secret_key(key)))
-            else redact(value, sensitive)
-            for key, value in data.items()
-        }
+        clean: dict[Any, Any] = {}
+        for key, value in data.items():
+            if isinstance(key, str) and (key in sensitive or is_secret_key(key)):
+                clean[key] = REDACTED
+            elif type(value) is int or value is None:
+                clean[key] = value  # inline: a call per leaf was most of an event's cost
+            else:
+                clean[key] = redact(value, sensitive)
+        return clean
     if isinstance(data, list | tuple):
         return [redact(item, sensitive) for item in data]
     if isinstance(data, str):
-        if _SECRET_VALUE.match(data):
-            return REDACTED
-        if len(data) > MAX_EVENT_STRING:
-            return f"{data[:MAX_EVENT_STRING]}…(+{len(data) - MAX_EVENT_STRING} chars)"
+        return _redact_text(data)
     return data
+
+
+def _redact_text(text: str) -> str:
+    if text[:1] in _SECRET_VALUE_STARTS and _SECRET_VALUE.match(text):
+        return REDACTED
+    if len(text) > MAX_EVENT_STRING:
+        return f"{text[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
+    return text

@@ -70,6 +70,8 @@ class TxResult:
 
 
 def _arg(value: Value) -> str:
+    if type(value) is str:  # nearly every value: skip the checks below
+        return value
     if isinstance(value, bool):
         raise TypeError("booleans have no Redis form; store 0/1 or a string")
     if isinstance(value, str):
@@ -130,6 +132,10 @@ class Tx:
         if not args:
             raise ValueError(f"{code} on {key!r} with nothing to write")
         index = str(self._key(key))
+        if len(args) <= _MAX_ARGS_PER_OP:
+            self._op_args += [code, index, str(len(args)), *args]
+            self.ops += 1
+            return self
         chunk = _MAX_ARGS_PER_OP - _MAX_ARGS_PER_OP % step
         for start in range(0, len(args), chunk):
             part = args[start : start + chunk]

@@ -20,7 +20,7 @@ from shared.records import (
     error_result,
     ok_result,
 )
-from shared.redact import REDACTED, redact
+from shared.redact import _SECRET_VALUE, _SECRET_VALUE_STARTS, REDACTED, redact
 from shared.states import CallState, RunState
 from shared.tx import Tx
 
@@ -191,6 +191,20 @@ def test_redact_removes_secrets_and_keeps_the_rest() -> None:
 def test_redact_cuts_long_strings() -> None:
     clean = redact({"final_text": "x" * 5000})
     assert len(clean["final_text"]) < 600 and clean["final_text"].endswith("chars)")
+
+
+def test_redact_checks_every_string_that_could_be_a_secret_value() -> None:
+    """Strings skip the secret-value pattern unless their first character can start a match;
+    that set must hold every character the case-insensitive pattern accepts there."""
+    tails = ("earer abc", "asic abc", "k-abcdefghijklmnop", "k-ant-abc", "oxb-abc")
+    can_start = {
+        c
+        for c in map(chr, range(0x10000))
+        if any(_SECRET_VALUE.match(c + tail) for tail in tails)
+    }
+    assert can_start <= _SECRET_VALUE_STARTS
+    looks_secret = ["\u017fk-abcdefghijklmnop", "SK-ANT-x", "sunny"]
+    assert redact(looks_secret) == [REDACTED, REDACTED, "sunny"]
 
 
 # ---- the Tx builder ------------------------------------------------------------------------
