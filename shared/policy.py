@@ -176,7 +176,7 @@ def _check_raw(raw: str, limits: Limits) -> ErrorInfo | None:
             Rejection.INVALID_JSON,
             f"arguments must be a JSON object, not {type(parsed).__name__}",
         )
-    duplicate = duplicate_key(raw)
+    duplicate = duplicate_key(raw, parsed)
     if duplicate is not None:
         return _error(Rejection.INVALID_JSON, f"duplicate key {_quote(duplicate)} in arguments")
     return None

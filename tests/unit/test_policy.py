@@ -157,6 +157,31 @@ def test_invalid_json(raw: str, fragment: str) -> None:
     _assert_rejected(_decide("get_weather", raw), Rejection.INVALID_JSON, fragment)
 
 
+_KEYS = st.sampled_from(["a", "b", 'q"', "c:", 'x\\', "é", '":'])
+_SPACE = st.sampled_from(["", " ", "\n\t"])
+
+
+def _json_text(draw: Any, depth: int) -> str:
+    """JSON text whose objects may repeat keys, with keys and strings that look like keys."""
+    kind = draw(st.sampled_from(["object", "list", "scalar"] if depth < 3 else ["scalar"]))
+    if kind == "scalar":
+        return json.dumps(draw(st.one_of(st.integers(), _KEYS, st.none())))
+    items = draw(st.lists(st.just(None), max_size=4))
+    if kind == "list":
+        return "[" + ",".join(_json_text(draw, depth + 1) for _ in items) + "]"
+    pairs = [
+        json.dumps(draw(_KEYS)) + draw(_SPACE) + ":" + draw(_SPACE) + _json_text(draw, depth + 1)
+        for _ in items
+    ]
+    return "{" + ",".join(pairs) + "}"
+
+
+@given(st.composite(lambda draw: _json_text(draw, 0))())
+@settings(max_examples=300, deadline=None)
+def test_duplicate_key_check_with_a_parse_in_hand_agrees_with_the_full_check(raw: str) -> None:
+    assert duplicate_key(raw, json.loads(raw)) == duplicate_key(raw)
+
+
 def test_duplicate_keys_are_refused() -> None:
     assert duplicate_key('{"a": {"b": 1, "b": 2}}') == "b"
     assert duplicate_key('{"a": {"b": 1}, "b": 2}') is None
