@@ -373,11 +373,12 @@ class ModelTurn:
     async def _join(self, message: CallResult, delivery: Delivery) -> bool:
         """Advance or end the turn if every call is terminal; True if it waits no longer."""
         started = self._carry.started.get((message.run_id, message.turn))
-        if started is not None and started.settled() is None:
+        settled = None if started is None else started.settled()
+        if started is not None and settled is None:
             # The results of parallel calls are read in one batch: let the handlers of the
             # others note theirs (`on_call_result`) before deciding they are not in hand.
             await asyncio.sleep(0)
-        settled = None if started is None else started.settled()
+            settled = started.settled()
         if started is not None and settled is not None:
             applied = await self._join_carried(started.run, settled, delivery)
             if applied:

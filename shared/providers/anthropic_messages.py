@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -315,11 +316,16 @@ class AnthropicMessagesAdapter:
                 assembler.feed(as_dict(event))
         return assembler.finish()
 
+    @functools.cached_property
+    def _meta(self) -> RecordMeta:
+        """Read once: the client builds its default headers anew on every read."""
+        version = version_header(self.client.default_headers, "anthropic-version")
+        return RecordMeta(PROVIDER, API, _sdk_version(), version)
+
     def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
         usage = raw.get("usage") or {}
-        version = version_header(self.client.default_headers, "anthropic-version")
         return outcome(
-            RecordMeta(PROVIDER, API, _sdk_version(), version),
+            self._meta,
             event,
             raw,
             response_id=raw.get("id"),

@@ -226,6 +226,27 @@ def error_message(body: object, fallback: str) -> str:
     return fallback
 
 
+AS_IS = ("input", "messages", "tools")
+"""Request parts an adapter hands its SDK as they are (`sdk_arguments`)."""
+
+
+def sdk_arguments(request: JsonDict, placeholders: JsonDict | None = None) -> JsonDict:
+    """Keyword arguments for an SDK's ``create`` that send the history and tools of
+    ``request`` as they are, through ``extra_body``.
+
+    The openai SDK walks every argument against its TypedDicts before sending it, to
+    rename aliased keys and encode files.  Our request is the wire's JSON already, which the
+    walk returns unchanged, at a cost that grows with the history: with 81 items (a 40-turn
+    run) a streamed request took 100 ms here on Responses and 50 ms on Chat, and 11 and 9 ms
+    without it.  (The anthropic SDK's walk cost nothing measurable, so its adapter keeps the
+    plain call.)  ``extra_body`` is merged into the JSON body unwalked, its keys winning, so
+    ``placeholders`` fill what the signature requires and are replaced on the wire."""
+    arguments = {key: value for key, value in request.items() if key not in AS_IS}
+    arguments.update(placeholders or {})
+    arguments["extra_body"] = {key: request[key] for key in AS_IS if key in request}
+    return arguments
+
+
 def drop_none(item: Mapping[str, Any]) -> JsonDict:
     return {k: v for k, v in item.items() if v is not None}
 

@@ -10,6 +10,7 @@ interleaved with other indexes.  The stream is done at the chunk carrying
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any, cast
 
 from shared.errors import ProviderError
@@ -32,6 +33,7 @@ from shared.providers.common import (
     build_calls,
     join_fragments,
     outcome,
+    sdk_arguments,
     settle,
     to_failed,
 )
@@ -237,7 +239,9 @@ class OpenAIChatAdapter:
     async def _call(
         self, request: JsonDict, assembler: ChatStream, timeout_s: float
     ) -> tuple[JsonDict, TurnEvent | None]:
-        created: Any = await self.client.chat.completions.create(**request, timeout=timeout_s)
+        created: Any = await self.client.chat.completions.create(
+            **sdk_arguments(request, {"messages": []}), timeout=timeout_s
+        )
         if not self.stream:
             return as_dict(created), None
         stream = cast("openai.AsyncStream[Any]", created)
@@ -246,11 +250,15 @@ class OpenAIChatAdapter:
                 assembler.feed(as_dict(chunk))
         return assembler.finish()
 
+    @functools.cached_property
+    def _meta(self) -> RecordMeta:
+        """Read once: the client builds its default headers anew on every read."""
+        return RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
+
     def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
         usage = raw.get("usage") or {}
-        meta = RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
         return outcome(
-            meta,
+            self._meta,
             event,
             raw,
             response_id=raw.get("id"),

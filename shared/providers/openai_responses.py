@@ -8,6 +8,7 @@ items say what it is.  A stream is done only at `response.completed` /
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any, cast
 
 from shared.errors import ProviderError
@@ -31,6 +32,7 @@ from shared.providers.common import (
     drop_none,
     join_fragments,
     outcome,
+    sdk_arguments,
     settle,
     to_failed,
 )
@@ -225,7 +227,9 @@ class OpenAIResponsesAdapter:
     async def _call(
         self, request: JsonDict, assembler: ResponsesStream, timeout_s: float
     ) -> tuple[JsonDict, TurnEvent | None]:
-        created: Any = await self.client.responses.create(**request, timeout=timeout_s)
+        created: Any = await self.client.responses.create(
+            **sdk_arguments(request), timeout=timeout_s
+        )
         if not self.stream:
             return as_dict(created), None
         stream = cast("openai.AsyncStream[Any]", created)
@@ -234,11 +238,15 @@ class OpenAIResponsesAdapter:
                 assembler.feed(as_dict(event))
         return assembler.finish()
 
+    @functools.cached_property
+    def _meta(self) -> RecordMeta:
+        """Read once: the client builds its default headers anew on every read."""
+        return RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
+
     def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
         usage = raw.get("usage") or {}
-        meta = RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
         return outcome(
-            meta,
+            self._meta,
             event,
             raw,
             response_id=raw.get("id"),

@@ -4,17 +4,23 @@ surfaces as a tool request."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from services.scripted_model import ScriptedModelServer
-from shared.providers import get_adapter
+from shared.providers import anthropic_messages, get_adapter, openai_chat, openai_responses
 from shared.providers.base import ToolResultInput, TurnInput, TurnOutcome
 from shared.tools import ToolSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+PROTOCOLS = {
+    "openai-responses": openai_responses,
+    "openai-chat": openai_chat,
+    "anthropic-messages": anthropic_messages,
+}
 WEATHER = {"name": "get_weather", "arguments": {"city": "Hangzhou 杭州 🌧"}}
 TRAIN = {"name": "get_train", "arguments": {"train_number": "G1234"}}
 TOOLS = [
@@ -187,3 +193,24 @@ async def test_history_round_trip_is_accepted_and_a_broken_one_rejected(
     )
     assert broken.event.kind == "bad_request"
     assert calls[1].provider_call_id in broken.event.message  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_the_wire_body_is_the_request_the_adapter_built(
+    server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """History and tools reach the wire exactly as built, whichever way the adapter hands
+    them to its SDK (`sdk_arguments` sends them unwalked, over placeholders)."""
+    first = await complete(server, monkeypatch, api, "round-trip")
+    adapter = get_adapter(api)
+    calls = first.event.calls  # type: ignore[union-attr]
+    results = [ToolResultInput(c.provider_call_id, f"result-of-{c.name}", False) for c in calls]
+    history = [
+        *adapter.initial_history("hi"),
+        *first.record.assistant_items,
+        *adapter.result_items(results),
+    ]
+    await complete(server, monkeypatch, api, "round-trip", history)
+    turn = TurnInput("round-trip", history, TOOLS, None, 256, 10)
+    built = PROTOCOLS[api].to_provider(turn, stream=True)
+    assert server.log[-1]["body"] == json.loads(json.dumps(built))
