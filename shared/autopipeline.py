@@ -100,15 +100,24 @@ class AutoPipeline:
             wire.send(batch)
 
     async def _connected(self) -> Wire:
-        """The hot-command connection, connecting it (once, for every flush waiting)."""
+        """The hot-command connection, connecting it (once, for every flush waiting).
+
+        A flush that found no connection may run after the connection opened: it uses
+        that one, and never closes it with the other flushes' requests in flight."""
         assert self._address is not None
+        if self._wire is not None and self._wire.usable():
+            return self._wire
         if self._connecting is None or self._connecting.done():
             if self._wire is not None:
                 self._wire.close()
                 self._wire = None
-            self._connecting = asyncio.create_task(Wire.connect(self._address))
-        self._wire = await asyncio.shield(self._connecting)
-        return self._wire
+            self._connecting = asyncio.create_task(self._connect(self._address))
+        return await asyncio.shield(self._connecting)
+
+    async def _connect(self, address: WireAddress) -> Wire:
+        wire = await Wire.connect(address)
+        self._wire = wire  # before any waiter resumes: a flush in between finds it
+        return wire
 
     async def _execute(self, batch: Batch) -> None:
         replies = await _or_fail(batch, self._pipelined(batch))

@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 from shared.autopipeline import AutoPipeline
 from shared.config import Settings
 from shared.embedded_redis import free_port
+from shared.resp_wire import Wire, WireAddress
 
 
 async def test_concurrent_requests_share_one_round_trip(
@@ -80,3 +81,29 @@ async def test_a_cancelled_caller_does_not_disturb_the_others(
     assert await redis.get(key) == b"2"
     with pytest.raises(asyncio.CancelledError):
         await gone
+
+
+async def test_a_flush_while_the_connection_opens_keeps_the_new_connection(
+    redis: aioredis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second flush that found no connection yet must neither close the one just opened,
+    with the first flush's request in flight on it (that request failed with 'lost the
+    connection to Redis: closed'), nor open another."""
+    pipe = AutoPipeline(redis)
+    key = f"{settings.key_prefix}:n"
+    connect = Wire.connect
+    opened: list[Wire] = []
+    second: list[asyncio.Future[list[object]]] = []
+
+    async def connect_then_queue(address: WireAddress) -> Wire:
+        wire = await connect(address)
+        opened.append(wire)
+        if not second:  # flushed before the first caller resumes
+            second.append(pipe.send([("incr", key)]))
+        return wire
+
+    monkeypatch.setattr(Wire, "connect", staticmethod(connect_then_queue))
+    first = await pipe.send([("incr", key)])
+    assert sorted([first[0], (await second[0])[0]]) == [1, 2]
+    assert len(opened) == 1
+    await pipe.aclose()
