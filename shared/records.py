@@ -188,7 +188,7 @@ def encode_fields(
         if kind is None:
             raise ValueError(f"{model.__name__} has no field {name!r}")
         if type(value) is _plain_type(model, name):
-            to_set[name] = value.value if isinstance(value, Enum) else str(value)
+            to_set[name] = str(value.value if isinstance(value, Enum) else value)
             continue
         checked = _adapter(model, name).validate_python(value)
         if checked is None:

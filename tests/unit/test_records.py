@@ -141,6 +141,27 @@ def test_encode_fields_validates_and_deletes_none() -> None:
     assert len(cut["raw_arguments"]) == RAW_ARGUMENTS_MAX_BYTES
 
 
+@given(
+    st.sampled_from(list(CallState)),
+    st.integers(0, 2**40),
+    st.text(max_size=12),
+    st.sampled_from(list(RunState)),
+)
+def test_encoding_a_field_alone_matches_the_whole_record(
+    state: CallState, attempts: int, executor: str, status: RunState
+) -> None:
+    """Exact str, int and enum values skip pydantic (`encode_fields`); they must still be
+    encoded as the record writes them."""
+    call = CallRecord(
+        run_id="r", call_id="c", turn=1, index=0, provider_call_id="p", tool="t",
+        state=state, attempts=attempts, executor=executor,
+    )  # fmt: skip
+    fields = {"state": state, "attempts": attempts, "executor": executor}
+    assert encode_fields(CallRecord, fields)[0] == {n: call.to_hash()[n] for n in fields}
+    run = RunRecord(run_id="r", api="openai-chat", model="m", input="x", status=status)
+    assert encode_fields(RunRecord, {"status": status})[0] == {"status": run.to_hash()["status"]}
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
     lambda inner: (
