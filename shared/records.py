@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 from functools import cache
 from typing import Annotated, Any, Literal, Self
@@ -187,8 +187,10 @@ def encode_fields(
         kind = kinds.get(name)
         if kind is None:
             raise ValueError(f"{model.__name__} has no field {name!r}")
-        if type(value) is _plain_type(model, name):
-            to_set[name] = str(value.value if isinstance(value, Enum) else value)
+        shortcut = _shortcut(model, name)
+        encoded = None if shortcut is None else shortcut(value)
+        if encoded is not None:
+            to_set[name] = encoded
             continue
         checked = _adapter(model, name).validate_python(value)
         if checked is None:
@@ -209,18 +211,36 @@ def _adapter(model: type[_Record], name: str) -> TypeAdapter[Any]:
 
 
 @cache
-def _plain_type(model: type[_Record], name: str) -> type | None:
-    """The type whose exact instances the field takes as they are (``str``, ``int`` or an
-    enum, nothing to check), so they skip pydantic: every step of every call encodes some."""
+def _shortcut(model: type[_Record], name: str) -> Callable[[Any], HashValue | None] | None:
+    """How to encode, without pydantic, the values of a field that need no check beyond
+    their type: exact ``str``, ``int`` or enum values, a string a ``Literal`` allows, a list
+    of strings.  The encoder returns None for any other value (pydantic then decides).
+    Every step of every call encodes several such fields."""
     info = model.model_fields[name]
     annotation: Any = info.annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = [a for a in typing.get_args(annotation) if a is not type(None)]
         annotation = rest[0] if len(rest) == 1 else None
-    plain = annotation in (str, int) or (
-        isinstance(annotation, type) and issubclass(annotation, Enum)
-    )
-    return annotation if plain and not info.metadata else None
+    if info.metadata or annotation is None:
+        return None
+    if annotation in (str, int):
+        exact = annotation
+        return lambda value: str(value) if type(value) is exact else None
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        enum = annotation
+        return lambda value: str(value.value) if type(value) is enum else None
+    if typing.get_origin(annotation) is Literal:
+        allowed = frozenset(a for a in typing.get_args(annotation) if isinstance(a, str))
+        return lambda value: value if type(value) is str and value in allowed else None
+    if annotation == list[str]:
+        return _string_list
+    return None
+
+
+def _string_list(value: Any) -> bytes | None:
+    if type(value) in (list, tuple) and all(type(item) is str for item in value):
+        return orjson.dumps(list(value))
+    return None
 
 
 @cache

@@ -145,21 +145,39 @@ def test_encode_fields_validates_and_deletes_none() -> None:
     st.sampled_from(list(CallState)),
     st.integers(0, 2**40),
     st.text(max_size=12),
+    st.sampled_from(["read", "idempotent_write", "write"]),
     st.sampled_from(list(RunState)),
+    st.lists(st.text(max_size=8), max_size=3),
+    st.sampled_from(["hold_effects", "run_allowed"]),
 )
 def test_encoding_a_field_alone_matches_the_whole_record(
-    state: CallState, attempts: int, executor: str, status: RunState
+    state: CallState,
+    attempts: int,
+    executor: str,
+    effect: str,
+    status: RunState,
+    modules: list[str],
+    batch_policy: str,
 ) -> None:
-    """Exact str, int and enum values skip pydantic (`encode_fields`); they must still be
-    encoded as the record writes them."""
+    """Exact str, int and enum values, Literal strings and lists of strings skip pydantic
+    (`encode_fields`); they must still be encoded as the record writes them."""
     call = CallRecord(
         run_id="r", call_id="c", turn=1, index=0, provider_call_id="p", tool="t",
-        state=state, attempts=attempts, executor=executor,
+        state=state, attempts=attempts, executor=executor, effect=effect,
     )  # fmt: skip
-    fields = {"state": state, "attempts": attempts, "executor": executor}
+    fields: dict[str, Any] = {
+        "state": state, "attempts": attempts, "executor": executor, "effect": effect,
+    }  # fmt: skip
     assert encode_fields(CallRecord, fields)[0] == {n: call.to_hash()[n] for n in fields}
-    run = RunRecord(run_id="r", api="openai-chat", model="m", input="x", status=status)
-    assert encode_fields(RunRecord, {"status": status})[0] == {"status": run.to_hash()["status"]}
+    run = RunRecord(
+        run_id="r", api="openai-chat", model="m", input="x", status=status,
+        tool_modules=modules, allowed_tools=modules, batch_policy=batch_policy,
+    )  # fmt: skip
+    fields = {
+        "status": status, "tool_modules": tuple(modules), "allowed_tools": modules,
+        "batch_policy": batch_policy,
+    }  # fmt: skip
+    assert encode_fields(RunRecord, fields)[0] == {n: run.to_hash()[n] for n in fields}
 
 
 json_values = st.recursive(
