@@ -21,8 +21,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.crc import key_slot
-
 from shared.config import Settings
 from shared.crashpoints import crash_point
 from shared.envelopes import Envelope, decode
@@ -30,7 +28,7 @@ from shared.errors import CallgateError, EnvelopeError
 from shared.keys import Keys
 from shared.logs import log_fields
 from shared.stream_redis import REDIS_ERRORS, Acker, Scripts
-from shared.tx import Tx
+from shared.tx import Tx, slot_of
 
 log = logging.getLogger("callgate.streams")
 
@@ -50,7 +48,7 @@ class Delivery:
         with the effects, so once they are durable the message is done and the runner spends
         no round trip on it.  Nothing durable may follow that step.  If ``tx`` does not apply
         (a guard failed) the runner acks as usual once the handler returns."""
-        if self.group and tx.slot in (None, key_slot(self.stream.encode())):
+        if self.group and tx.slot in (None, slot_of(self.stream)):
             tx.xack(self.stream, self.group, self.message_id)
             self._settled_by = tx
         return tx

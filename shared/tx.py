@@ -17,10 +17,11 @@ value callgate stores is (orjson output, envelopes, ids).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from redis.crc import key_slot
@@ -36,6 +37,22 @@ _MAX_INCREMENT = 2**53
 """Bounded so the script can prove, with doubles, that HINCRBY cannot overflow."""
 
 
+@functools.lru_cache(maxsize=1024)
+def _tag_slot(tag: str) -> int:
+    return int(key_slot(tag.encode()))
+
+
+def slot_of(key: str) -> int:
+    """``key``'s cluster slot, as `redis.crc.key_slot` computes it, cached by hash tag: every
+    key of a run carries its partition's tag, and a step builds several."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return _tag_slot(key[start + 1 : end])
+    return int(key_slot(key.encode()))
+
+
 class TxRejectedError(CallgateError):
     """The script refused an op before writing anything (e.g. the key has another type).
 
@@ -43,9 +60,11 @@ class TxRejectedError(CallgateError):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class Guard:
-    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx`` or ``fnx``."""
+class Guard(NamedTuple):
+    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx`` or ``fnx``.
+
+    A tuple, not a frozen dataclass: a step builds a dozen, and a frozen dataclass sets
+    each field through ``object.__setattr__``."""
 
     kind: str
     key: str
@@ -108,7 +127,7 @@ class Tx:
     def _key(self, key: str) -> int:
         index = self._key_index.get(key)
         if index is None:
-            slot = key_slot(key.encode())
+            slot = slot_of(key)
             if self._slot is None:
                 self._slot = slot
             elif slot != self._slot:

@@ -22,7 +22,7 @@ from shared.records import (
 )
 from shared.redact import _SECRET_VALUE, _SECRET_VALUE_STARTS, REDACTED, redact
 from shared.states import CallState, RunState
-from shared.tx import Tx
+from shared.tx import Tx, slot_of
 
 
 def _as_redis(mapping: dict[str, str | bytes]) -> dict[bytes, bytes]:
@@ -247,6 +247,11 @@ def test_redact_checks_every_string_that_could_be_a_secret_value() -> None:
 
 
 # ---- the Tx builder ------------------------------------------------------------------------
+
+
+@given(st.text(alphabet="{}ab:é", max_size=12))
+def test_slot_of_a_key_is_the_one_redis_cluster_gives_it(key: str) -> None:
+    assert slot_of(key) == key_slot(key.encode())
 
 
 def test_tx_refuses_keys_of_two_slots() -> None:
