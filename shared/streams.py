@@ -72,6 +72,10 @@ log = logging.getLogger("callgate.streams")
 RECLAIM_CHECKS = 6
 """Idle-message checks per ``claim_idle_ms``: a dead consumer's messages are taken over at
 most ``claim_idle_ms / 6`` after they became claimable (XAUTOCLAIM is cheap)."""
+HANDOFF_TURNS = 3
+"""Event-loop turns a read yields to the messages it started before the next read is
+written: enough for a handler with no read of its own to queue its step (one turn), for a
+shielded step to start (one more) and for the pipeline to write it (one more)."""
 
 
 class StreamWorker:
@@ -330,6 +334,11 @@ class StreamWorker:
             for message_id, fields in entries:
                 self._start(Message.of(text(name), text(message_id), fields, 1))
                 started += 1
+        if started:
+            # The next read is on no message's path; the steps of these are.  Let them run
+            # to their first write and that write go out (a few loop turns) before it.
+            for _ in range(HANDOFF_TURNS):
+                await asyncio.sleep(0)
         return started
 
     async def _reclaim(self, budget: int) -> int:
