@@ -341,14 +341,17 @@ class _Read:
         )
 
 
-READ_ORDER_FIELDS = frozenset({"tool", "tool_version", "arguments", "identity", "tool_modules"})
+READ_CALL_FIELDS = ("tool", "tool_version", "arguments")
+READ_RUN_FIELDS = ("identity", "tool_modules")
+"""The call's and the run's fields a `ReadOrder` carries: what its step is guarded on."""
+READ_ORDER_FIELDS = frozenset({*READ_CALL_FIELDS, *READ_RUN_FIELDS})
 
 
 def _bind(tx: Tx, keys: Keys, read: _Read, order: ReadOrder) -> None:
     """Guard ``tx`` on the ledger holding what ``order`` says the validator decided."""
-    call = {"tool": order.tool, "tool_version": order.tool_version, "arguments": order.arguments}
+    call = {name: getattr(order, name) for name in READ_CALL_FIELDS}
     expect_recorded(tx, CallRecord, keys.call(read.run_id, read.call_id), call)
-    run = {"identity": order.identity, "tool_modules": list(order.tool_modules)}
+    run = {name: getattr(order, name) for name in READ_RUN_FIELDS}
     expect_recorded(tx, RunRecord, keys.run(read.run_id), run)
 
 

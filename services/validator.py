@@ -55,9 +55,10 @@ from shared.tx import Tx
 log = logging.getLogger("callgate.validator")
 
 RUN_ORDER_FIELDS = ("identity", "tool_modules", "allowed_tools", "batch_policy", "approval_ttl_s")
-"""The run's fields a `DecideOrder` carries; with the calls' ``tool``, ``index`` and
-``raw_arguments``, the fields the validator's step is guarded on when it decides from one."""
-ORDER_FIELDS = frozenset({*RUN_ORDER_FIELDS, "tool", "index", "raw_arguments"})
+CALL_ORDER_FIELDS = ("tool", "index", "raw_arguments")
+"""The run's and each call's fields a `DecideOrder` carries: the fields the validator's
+step is guarded on when it decides from one."""
+ORDER_FIELDS = frozenset({*RUN_ORDER_FIELDS, *CALL_ORDER_FIELDS})
 
 _TARGET = {
     "allowed": CallState.ALLOWED,
@@ -156,7 +157,7 @@ class Validator:
         for call in order.calls:
             if truncate_utf8(call.raw_arguments, RAW_ARGUMENTS_MAX_BYTES) != call.raw_arguments:
                 raise ValueError("raw arguments longer than a call record keeps")
-            recorded = {"tool": call.tool, "index": call.index, "raw_arguments": call.raw_arguments}
+            recorded = {name: getattr(call, name) for name in CALL_ORDER_FIELDS}
             expect_recorded(tx, CallRecord, self.rt.keys.call(run_id, call.call_id), recorded)
         return tx
 
