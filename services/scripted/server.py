@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from services.scripted.common import ApiError, Turn
+from services.scripted.history import Conversation
 from services.scripted.scenario import (
     AttemptCounter,
     Fault,
@@ -47,6 +48,7 @@ class _Plan:
     scenario: Scenario | None = None
     step: int | None = None
     faults: tuple[Fault, ...] = ()
+    conversation: Conversation | None = None
 
     def fault(self, kind: str) -> Fault | None:
         return next((f for f in self.faults if f.type == kind), None)
@@ -116,7 +118,7 @@ class ScriptedApp:
             return _Plan(wire.invalid(msg), scenario)
         attempt = self.counter.next(model, step)
         faults = tuple(f for f in scenario.steps[step].faults() if f.applies(attempt))
-        return _Plan(None, scenario, step, faults)
+        return _Plan(None, scenario, step, faults, conv)
 
     async def _handle(self, request: web.Request, wire: Wire) -> web.StreamResponse:
         received_ns = time.monotonic_ns()
@@ -156,9 +158,9 @@ class ScriptedApp:
             entry["request_id"] = err.body.get("request_id", rid)
             _log_line(entry)
             return _error_response(err, wire, rid)
-        assert plan.scenario is not None and plan.step is not None
+        assert plan.scenario is not None and plan.step is not None and plan.conversation
         step = plan.scenario.steps[plan.step]
-        turn = build_turn(step, wire.conversation(body), plan.faults, plan.scenario.model)
+        turn = build_turn(step, plan.conversation, plan.faults, plan.scenario.model)
         entry["status"] = 200
         _log_line(entry)
         if stream:

@@ -93,11 +93,11 @@ class InProcessModel:
         plan = self._app.plan(wire, request)
         if plan.error is not None:
             raise _as_provider_error(plan.error.status, plan.error.body)
-        assert plan.scenario is not None and plan.step is not None
+        assert plan.scenario is not None and plan.step is not None and plan.conversation
         if plan.faults:
             raise ValueError("the in-process provider injects no faults; use the server")
         step = plan.scenario.steps[plan.step]
-        turn = build_turn(step, wire.conversation(request), (), plan.scenario.model)
+        turn = build_turn(step, plan.conversation, (), plan.scenario.model)
         return wire.render_json(turn, request)
 
 
