@@ -49,6 +49,7 @@ from shared.providers.base import (
     TurnOutcome,
 )
 from shared.records import CallRecord, RunRecord
+from shared.redact import scrub, sensitive_values
 from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
 from shared.states import RUN_TERMINAL, RunState
 from shared.steps import expect_recorded
@@ -193,8 +194,10 @@ class ModelTurn:
         if outcome is not None and step.status == RunState.COMPLETED:
             tx.rpush(self.rt.keys.history(run.run_id), *_items(outcome.record.assistant_items))
         fields: dict[str, str] = {}
+        shown: dict[str, str] = {}
         if step.text is not None:
             fields["final_text"] = step.text
+            shown["final_text"] = await self._echo_free(run, step.text)
         if step.reason is not None:
             fields["reason"] = step.reason
         self.ledger.run_transition(
@@ -204,10 +207,26 @@ class ModelTurn:
             step.status,
             expect_turn=run.turn,
             fields=fields,
+            shown=shown,
         )
         if step.status in RUN_TERMINAL:
             await self.ledger.expire_finished(tx, run.run_id, run.turn)
         await self.ledger.apply(delivery.ack_with(tx))
+
+    async def _echo_free(self, run: RunRecord, text: str) -> str:
+        """``text`` as the event log may show it: the model saw every argument and result, so
+        its answer may repeat a value a tool marks sensitive, which events never hold.  Only
+        runs with such a tool read their calls for it, once, at the end."""
+        marked = {t.name: t.sensitive_fields for t in load_registry(run.tool_modules)}
+        if not any(marked.values()):
+            return text
+        call_ids = await self.ledger.run_call_ids(run.run_id, run.turn)
+        values: set[str] = set()
+        for call in await self.ledger.get_calls(run.run_id, call_ids) if call_ids else []:
+            fields = marked.get(call.tool)
+            if fields:
+                values |= sensitive_values([call.arguments, call.result], fields)
+        return scrub(text, values)
 
     async def _start_calls(
         self,

@@ -13,6 +13,8 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+import orjson
+
 REDACTED = "[redacted]"
 MAX_EVENT_STRING = 512
 """Strings longer than this are cut in events; the full value lives in the ledger record."""
@@ -67,4 +69,37 @@ def _redact_text(text: str) -> str:
         return REDACTED
     if len(text) > MAX_EVENT_STRING:
         return f"{text[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
+    return text
+
+
+ECHO_MIN_CHARS = 4
+"""Sensitive values shorter than this are not scrubbed from free text: blanking every "42" of
+an answer would hide more than it protects."""
+
+
+def sensitive_values(data: Any, fields: Collection[str]) -> set[str]:
+    """The text of every scalar under a ``fields`` key, at any depth of ``data``: what a
+    model's free text may repeat, since it saw the arguments and the results."""
+    found: set[str] = set()
+    _collect(data, fields, False, found)
+    return {v for v in found if len(v) >= ECHO_MIN_CHARS}
+
+
+def _collect(data: Any, fields: Collection[str], inside: bool, found: set[str]) -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _collect(value, fields, inside or key in fields, found)
+    elif isinstance(data, list | tuple):
+        for item in data:
+            _collect(item, fields, inside, found)
+    elif inside and isinstance(data, str | int | float) and not isinstance(data, bool):
+        found.add(str(data))
+
+
+def scrub(text: str, values: Collection[str]) -> str:
+    """``text`` with every occurrence of ``values``, as written or JSON-escaped, replaced by
+    the marker; longest first, so a value containing another goes whole."""
+    forms = {form for v in values for form in (v, orjson.dumps(v).decode()[1:-1])}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     return text

@@ -125,18 +125,25 @@ class Steps:
         *,
         expect_turn: int | None = None,
         fields: dict[str, Any] | None = None,
+        shown: dict[str, Any] | None = None,
     ) -> Tx:
         """Append a CAS ``status ∈ from_states → to_state`` (+ fields, + event) to ``tx``.
 
         Every pair is checked against the state machine first, so an illegal transition raises
-        `TransitionError` before anything is sent.
+        `TransitionError` before anything is sent.  ``shown`` replaces values of ``fields`` in
+        the event only (a final text scrubbed of sensitive values it repeats).
         """
         guards = [] if expect_turn is None else [("turn", str(expect_turn))]
         key = self.keys.run(run_id)
         sources = _cas(
             tx, check_run, RunRecord, key, "status", from_states, to_state, fields, guards
         )
-        data: dict[str, Any] = {"from": sources, "to": str(to_state), **(fields or {})}
+        data: dict[str, Any] = {
+            "from": sources,
+            "to": str(to_state),
+            **(fields or {}),
+            **(shown or {}),
+        }
         if expect_turn is not None:
             data.setdefault("turn", expect_turn)
         self.event(tx, run_id, "run.transition", **data)

@@ -1,7 +1,8 @@
 """Planted secrets never leak: the provider API key every worker holds appears nowhere in
 Redis, and a tool argument marked sensitive (hold_seat's contact_email) appears in no event
-log, stream, trace or worker log — only in the records that must hold it to run the call and
-resend the conversation (the call record, the history, the raw response)."""
+log, stream, trace or worker log — only in the records that must hold it to run the call,
+resend the conversation and answer the user (the call record, the history, the raw response,
+and the run record's final text, since the model's answer repeats it)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.chaos.conftest import PLANTED_API_KEY, Deployment
 PLANTED_EMAIL = "planted-7f3a9c51@secret.example"
 """The contact_email the chaos-secret scenario sends (services/scenarios/chaos-secret.json)."""
 HOLDS = ["services.demo.holds"]
-MAY_HOLD_THE_ARGUMENT = (":call:", ":hist:", ":raw:")
+MAY_HOLD_THE_ARGUMENT = (":call:", ":hist:", ":raw:", ":run:")
 
 
 async def everything_stored(redis: aioredis.Redis, pattern: str) -> dict[str, bytes]:
@@ -61,6 +62,7 @@ async def test_planted_secrets_reach_no_log_no_trace_no_event(
     # The secret really travelled: the tool got it and echoed it in its result.
     assert call.arguments is not None and call.arguments["contact_email"] == PLANTED_EMAIL
     assert call.result is not None and call.result["payload"]["contact_email"] == PLANTED_EMAIL
+    assert PLANTED_EMAIL in view["final_text"]  # and the model repeated it in its answer
 
     redis = aioredis.Redis.from_url(fresh.settings.redis_url)
     try:

@@ -20,7 +20,14 @@ from shared.records import (
     error_result,
     ok_result,
 )
-from shared.redact import _SECRET_VALUE, _SECRET_VALUE_STARTS, REDACTED, redact
+from shared.redact import (
+    _SECRET_VALUE,
+    _SECRET_VALUE_STARTS,
+    REDACTED,
+    redact,
+    scrub,
+    sensitive_values,
+)
 from shared.states import CallState, RunState
 from shared.tx import Tx, slot_of
 
@@ -244,6 +251,21 @@ def test_redact_checks_every_string_that_could_be_a_secret_value() -> None:
     assert can_start <= _SECRET_VALUE_STARTS
     looks_secret = ["\u017fk-abcdefghijklmnop", "SK-ANT-x", "sunny"]
     assert redact(looks_secret) == [REDACTED, REDACTED, "sunny"]
+
+
+def test_sensitive_values_are_the_scalars_under_marked_keys_at_any_depth() -> None:
+    arguments = {"email": "a@b.example", "card": {"number": 4111111111111111, "cvc": 123},
+                 "seat": "12A", "note": "email me"}  # fmt: skip
+    result = {"status": "ok", "payload": [{"email": "a@b.example", "ok": True}]}
+    found = sensitive_values([arguments, result], {"email", "card"})
+    assert found == {"a@b.example", "4111111111111111"}  # "123" is too short to scrub
+
+
+def test_scrub_replaces_values_as_written_and_json_escaped_longest_first() -> None:
+    text = 'Held for a@b.example; raw: {"name":"O\\"Neil x"} and a@b.example.org'
+    clean = scrub(text, {"a@b.example", 'O"Neil x', "a@b.example.org"})
+    assert clean == f'Held for {REDACTED}; raw: {{"name":"{REDACTED}"}} and {REDACTED}'
+    assert scrub("nothing marked", set()) == "nothing marked"
 
 
 # ---- the Tx builder ------------------------------------------------------------------------
