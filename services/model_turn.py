@@ -194,12 +194,11 @@ class ModelTurn:
         if outcome is not None and step.status == RunState.COMPLETED:
             tx.rpush(self.rt.keys.history(run.run_id), *_items(outcome.record.assistant_items))
         fields: dict[str, str] = {}
-        shown: dict[str, str] = {}
         if step.text is not None:
             fields["final_text"] = step.text
-            shown["final_text"] = await self._echo_free(run, step.text)
         if step.reason is not None:
-            fields["reason"] = step.reason
+            fields["reason"] = step.reason  # a refusal's reason is the model's own words
+        shown = await self._echo_free(run, fields)
         self.ledger.run_transition(
             tx,
             run.run_id,
@@ -213,20 +212,20 @@ class ModelTurn:
             await self.ledger.expire_finished(tx, run.run_id, run.turn)
         await self.ledger.apply(delivery.ack_with(tx))
 
-    async def _echo_free(self, run: RunRecord, text: str) -> str:
-        """``text`` as the event log may show it: the model saw every argument and result, so
-        its answer may repeat a value a tool marks sensitive, which events never hold.  Only
+    async def _echo_free(self, run: RunRecord, texts: dict[str, str]) -> dict[str, str]:
+        """``texts`` as the event log may show them: the model saw every argument and result,
+        so its words may repeat a value a tool marks sensitive, which events never hold.  Only
         runs with such a tool read their calls for it, once, at the end."""
         marked = {t.name: t.sensitive_fields for t in load_registry(run.tool_modules)}
-        if not any(marked.values()):
-            return text
+        if not texts or not any(marked.values()):
+            return texts
         call_ids = await self.ledger.run_call_ids(run.run_id, run.turn)
         values: set[str] = set()
         for call in await self.ledger.get_calls(run.run_id, call_ids) if call_ids else []:
             fields = marked.get(call.tool)
             if fields:
                 values |= sensitive_values([call.arguments, call.result], fields)
-        return scrub(text, values)
+        return {name: scrub(text, values) for name, text in texts.items()}
 
     async def _start_calls(
         self,
