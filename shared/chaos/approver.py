@@ -1,10 +1,11 @@
-"""A simulated approver: decides every pending approval as ``carol`` (events-lead) through the
+"""A simulated approver: decides pending approvals as ``carol`` (events-lead) through the
 same approvals stream the Slack bot and `callgate approve` use.
 
 It reads the pending-approvals index, reads each approval record (the arguments hash it
 binds), and posts one `ApprovalDecision` per approval — approve or deny as the run's plan
-says.  Posting is retried while Redis is away; a decision already on the stream is never
-posted again, because the validator (and Redis, with AOF) keep it across crashes.
+says; an approval the plan leaves to expire gets nothing.  Posting is retried while Redis is
+away; a decision already on the stream is never posted again, because the validator (and
+Redis, with AOF) keep it across crashes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from shared.chaos.common import REDIS_AWAY, pause, text
+from shared.chaos.workload import Decision
 from shared.envelopes import ApprovalDecision, encode
 from shared.keys import Keys
 from shared.store import Ledger
@@ -35,9 +37,11 @@ class ApproverStats:
 
 
 class Approver:
-    """Polls until `stop`; ``plan`` maps run id → approve? (absent: approve)."""
+    """Polls until `stop`; ``plan`` maps run id → its decision (absent: approve)."""
 
-    def __init__(self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, bool]) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision]
+    ) -> None:
         self.redis = redis
         self.ledger = ledger
         self.keys: Keys = ledger.keys
@@ -66,10 +70,13 @@ class Approver:
                     await self._decide(run_id, approval_id)
 
     async def _decide(self, run_id: str, approval_id: str) -> None:
+        decision = self.plan.get(run_id, "approve")
+        if decision == "expire":
+            return
         record = await self.ledger.get_approval(run_id, approval_id)
         if record is None or record.state != "pending":
             return
-        approve = self.plan.get(run_id, True)
+        approve = decision == "approve"
         message = ApprovalDecision(
             run_id=run_id,
             turn=record.turn,

@@ -24,7 +24,7 @@ from services.scripted.history import Conversation, from_anthropic, from_chat, f
 from shared.chaos.workload import PlannedRun
 from shared.keys import Keys
 from shared.records import CallRecord, RunRecord
-from shared.states import CALL_TERMINAL
+from shared.states import CALL_TERMINAL, CallState
 from shared.store import Ledger
 
 _PARSERS = {
@@ -58,6 +58,11 @@ class Facts:
     dead_letters: int
     model_requests: int
     model_drops: int
+
+
+def expired_calls(facts: Facts) -> int:
+    """Calls whose approval nobody decided in time."""
+    return sum(call.state == CallState.EXPIRED for r in facts.runs for call in r.calls)
 
 
 async def http_json(method: str, url: str, body: Any = None) -> Any:

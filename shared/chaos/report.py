@@ -137,6 +137,7 @@ def render(fig: Mapping[str, Any]) -> str:
         f"writes      reserve requests {writes['reserve_requests']} · reservations "
         f"{writes['reservations']} · reconciled after a lost answer {writes['reconciled']}"
         f" · reservations per approved call: {_pairs(fig['reservations_per_approved_call'])}",
+        *([f"approvals   {_pairs(fig['approvals'])}"] if "approvals" in fig else []),
         f"recovery    p50 {rec['p50']} s · max {rec['max']} s over "
         f"{rec['kills_holding_work']} kills holding work · unrecovered {rec['unrecovered']}",
         *(f"            {kind}: p50 {r['p50']} s · max {r['max']} s ({r['kills']} kills)"

@@ -3,7 +3,8 @@
 While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs worker processes
 of every kind at random moments and restarts Redis once; the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
-mid-response.  The approver decides every approval.  Kills go on until every run has settled
+mid-response.  The approver decides the approvals, except those a run's plan leaves to
+expire.  Kills go on until every run has settled
 (or for at most `KILL_TAIL_S` after the last submission, and until every kind was killed
 once); then every run must settle, and the invariants are checked (`invariants`).
 """
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from shared.chaos.facts import expired_calls
 from shared.chaos.injector import Injector
 from shared.chaos.report import figures
 from shared.chaos.session import Progress, Session, system_spec
@@ -103,7 +105,8 @@ async def chaos_session(
         "redis_restarts": injector.faults.redis_restarts,
         "redis_down_s": injector.faults.redis_down_s,
         "approvals": {"approved": session.approver.stats.approved,
-                      "denied": session.approver.stats.denied},
+                      "denied": session.approver.stats.denied,
+                      "expired": expired_calls(facts)},
         "elapsed_s": round(time.monotonic() - started, 1),
     }  # fmt: skip
     return figures(facts, injector.faults.kills, extra)

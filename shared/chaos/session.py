@@ -64,7 +64,7 @@ class Session:
         keys = Keys(self.settings.key_prefix, self.settings.partitions)
         self.ledger = Ledger(self.redis, keys, self.settings)
         self.client = CallgateClient(self.settings)
-        self.approver = Approver(self.redis, self.ledger, {p.run_id: p.approve for p in plans})
+        self.approver = Approver(self.redis, self.ledger, {p.run_id: p.decision for p in plans})
 
     @property
     def booking_url(self) -> str | None:

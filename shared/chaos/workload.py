@@ -5,7 +5,8 @@ it uses, and so the effect kinds it exercises:
 
 * ``travel``   — two parallel reads (train status, weather); the model drops some streams;
 * ``workshop`` — a read and a write needing an events-lead's approval in one turn; the
-  simulated approver approves or denies it (planned here, per run); some streams drop;
+  simulated approver approves or denies it, or leaves it to expire (planned here, per run);
+  some streams drop;
 * ``hold``     — an idempotent write (``hold_seat``), retried with its operation id.
 
 The run id is fixed here (a session has its own key prefix, so ids never clash) and written into
@@ -17,13 +18,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from shared.records import Api
 
 APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
 DENY_SHARE = 0.15
 """Share of approvals the simulated approver denies (the model is told why)."""
+EXPIRE_SHARE = 0.1
+"""Share of approvals nobody decides: they expire (the ingress's job or its sweep) and the
+model is told so, whatever was killed meanwhile."""
+EXPIRE_TTL_S = 2.0
+"""The approval TTL of a run whose approval is left to expire (others keep the default)."""
+Decision = Literal["approve", "deny", "expire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +68,16 @@ class PlannedRun:
     scenario: str
     tool_modules: tuple[str, ...]
     question: str
-    approve: bool = True
-    """What the simulated approver decides if this run asks for an approval."""
+    decision: Decision = "approve"
+    """What becomes of this run's approval, if it asks for one: the simulated approver
+    approves or denies it, or leaves it to expire."""
 
     @property
     def marker(self) -> str:
         return f"[chaos {self.run_id}]"
 
     def spec(self) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "run_id": self.run_id,
             "api": self.api,
             "model": self.scenario,
@@ -78,6 +86,9 @@ class PlannedRun:
             "tool_modules": list(self.tool_modules),
             "max_turns": 4,
         }
+        if self.decision == "expire":
+            spec["approval_ttl_s"] = EXPIRE_TTL_S
+        return spec
 
 
 def plan_runs(count: int, seed: int) -> list[PlannedRun]:
@@ -96,10 +107,16 @@ def plan_runs(count: int, seed: int) -> list[PlannedRun]:
                 scenario=kind.scenario,
                 tool_modules=kind.tool_modules,
                 question=kind.question,
-                approve=rng.random() >= DENY_SHARE,
+                decision=_decision(rng.random()),
             )
         )
     return runs
+
+
+def _decision(draw: float) -> Decision:
+    if draw < DENY_SHARE:
+        return "deny"
+    return "expire" if draw < DENY_SHARE + EXPIRE_SHARE else "approve"
 
 
 def walk_runs(effect: str) -> list[PlannedRun]:

@@ -17,7 +17,7 @@ from shared.chaos.boundaries import BOUNDARIES, EFFECTS, boundary_names, reached
 from shared.chaos.facts import Facts, RunFacts, latest_conversations, terminal_transitions
 from shared.chaos.invariants import check_all, reservations_per_approved_call, told
 from shared.chaos.report import figures, render
-from shared.chaos.workload import plan_runs
+from shared.chaos.workload import EXPIRE_TTL_S, plan_runs
 from shared.records import CallRecord, Event, RunRecord, error_result, ok_result
 from shared.states import CallState, RunState
 
@@ -151,4 +151,9 @@ def test_the_workload_is_reproducible_from_its_seed() -> None:
     assert plan_runs(30, 5) != plan_runs(30, 6)
     kinds = {p.kind for p in plan_runs(30, 5)}
     assert kinds == {"travel", "workshop", "hold"}
-    assert replace(PLAN, approve=False).spec()["run_id"] == PLAN.run_id
+    assert replace(PLAN, decision="deny").spec()["run_id"] == PLAN.run_id
+    decisions = {p.decision for p in plan_runs(200, 5)}
+    assert decisions == {"approve", "deny", "expire"}
+    expiring = replace(PLAN, decision="expire").spec()
+    approving = replace(PLAN, decision="approve").spec()
+    assert expiring["approval_ttl_s"] == EXPIRE_TTL_S and "approval_ttl_s" not in approving
