@@ -1,8 +1,9 @@
 """Every Redis key and stream name, built in one place.
 
 A run lives in partition ``p = crc32(run_id) mod N``; all of its keys and the streams its
-messages travel on carry the hash tag ``{p<k>}``, so each atomic step touches one slot and
-works unchanged on Redis Cluster.
+messages travel on carry the hash tag ``{p<k>}``, so each atomic step touches one slot, as
+Redis Cluster requires.  (Cluster itself is not supported: the clients speak to one node, and
+a worker reads every partition's stream in one XREADGROUP.)
 """
 
 from __future__ import annotations
