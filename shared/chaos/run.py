@@ -4,9 +4,9 @@ While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs work
 of every kind at random moments and restarts Redis once; the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
 mid-response.  The approver decides the approvals, except those a run's plan leaves to
-expire.  Kills go on until every run has settled
-(or for at most `KILL_TAIL_S` after the last submission, and until every kind was killed
-once); then every run must settle, and the invariants are checked (`invariants`).
+expire.  Kills go on until every run has settled (or for at most `KILL_TAIL_S` after the
+last submission, and until every kind was killed once); then every run must settle, and the
+invariants are checked (`invariants`).
 """
 
 from __future__ import annotations
