@@ -46,6 +46,18 @@ def expect_recorded(
     return tx
 
 
+def _shown(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a call's event keeps of its fields: a result by its code only.  The record keeps
+    the result; its payload is whatever the tool's system returned, and the event log holds
+    result codes (DESIGN §3)."""
+    result = fields.get("result")
+    if result is None:
+        return fields
+    shown = {name: value for name, value in fields.items() if name != "result"}
+    shown["result_code"] = "ok" if result["status"] == "ok" else result["error"]["code"]
+    return shown
+
+
 def _states(states: Any) -> list[str]:
     return [str(states)] if isinstance(states, str) else [str(s) for s in states]
 
@@ -166,7 +178,7 @@ class Steps:
         """
         key = self.keys.call(run_id, call_id)
         sources = _cas(tx, check_call, CallRecord, key, "state", from_states, to_state, fields)
-        data = {"call_id": call_id, "from": sources, "to": str(to_state), **(fields or {})}
+        data = {"call_id": call_id, "from": sources, "to": str(to_state), **_shown(fields or {})}
         self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
         return tx
 
@@ -205,7 +217,7 @@ class Steps:
         )
         for frm, to, data in (
             (source, CallState.EXECUTING, taken),
-            (CallState.EXECUTING, to_state, fields or {}),
+            (CallState.EXECUTING, to_state, _shown(fields or {})),
         ):
             self.event(
                 tx,

@@ -14,7 +14,7 @@ from shared.embedded_redis import free_port
 from shared.envelopes import ExecRequest, TurnRequest
 from shared.errors import ConflictError, NotFoundError, RedisUnavailableError, TransitionError
 from shared.keys import STREAM_KINDS, Keys
-from shared.records import CallRecord, RunRecord, ok_result
+from shared.records import CallRecord, RunRecord, error_result, ok_result
 from shared.redact import REDACTED
 from shared.states import CallState, RunState
 from shared.store import Ledger, Tx, TxRejectedError, runs_index
@@ -261,10 +261,21 @@ async def test_events_are_redacted_but_the_ledger_keeps_the_values(
     assert (await ledger.apply(tx)).ok
     event = [e for e in await ledger.events("run-1") if e.type == "call.transition"][-1]
     assert event.data["arguments"] == {"card": REDACTED, "api_key": REDACTED, "city": "Oslo"}
-    assert event.data["result"]["payload"] == {"token": REDACTED, "n": 1}
+    # A result is shown by its code: its payload is whatever the tool's system returned.
+    assert "result" not in event.data and event.data["result_code"] == "ok"
     assert event.data["from"] == ["executing"] and event.data["to"] == "succeeded"
     call = await ledger.get_call("run-1", "t1.0")
     assert call is not None and call.arguments == secret_args
+    assert call.result == ok_result({"token": "abc", "n": 1})
+
+    failed = error_result("not_found", "no train G9")
+    tx = ledger.call_run_through(Tx(), "run-1", "t2.0", C.ALLOWED, C.FAILED, attempts=0,
+                                 taken={"attempts": 1}, fields={"result": failed})  # fmt: skip
+    await ledger.apply(ledger.create_call(Tx(), _call("t2.0", state=C.ALLOWED)))
+    assert (await ledger.apply(tx)).ok
+    moves = [e.data for e in await ledger.events("run-1") if e.data.get("call_id") == "t2.0"]
+    assert [m.get("result_code") for m in moves[1:]] == [None, "not_found"]
+    assert not any("result" in m for m in moves)
 
 
 async def test_none_fields_are_deleted(ledger: Ledger, keys: Keys, redis: aioredis.Redis) -> None:
