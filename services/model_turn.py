@@ -219,9 +219,8 @@ class ModelTurn:
         marked = {t.name: t.sensitive_fields for t in load_registry(run.tool_modules)}
         if not texts or not any(marked.values()):
             return texts
-        call_ids = await self.ledger.run_call_ids(run.run_id, run.turn)
         values: set[str] = set()
-        for call in await self.ledger.get_calls(run.run_id, call_ids) if call_ids else []:
+        for call in await self.ledger.run_calls(run.run_id, run.turn):
             fields = marked.get(call.tool)
             if fields:
                 values |= sensitive_values([call.arguments, call.result], fields)

@@ -122,9 +122,7 @@ class CallgateClient:
         run = await self.ledger.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id}")
-        call_ids = await self.ledger.run_call_ids(run_id, run.turn)
-        calls = await self.ledger.get_calls(run_id, call_ids) if call_ids else []
-        return run_view(run, calls)
+        return run_view(run, await self.ledger.run_calls(run_id, run.turn))
 
     async def events(self, run_id: str) -> list[Event]:
         """The run's (redacted) event log, oldest first."""

@@ -206,6 +206,11 @@ class Ledger(Steps):
         lists = await self._reads([("lrange", key, 0, -1) for key in keys])
         return [_text(call_id) for ids in lists for call_id in ids]
 
+    async def run_calls(self, run_id: str, last_turn: int) -> list[CallRecord]:
+        """Every call of turns 1..``last_turn``, in turn and provider order (two round trips)."""
+        call_ids = await self.run_call_ids(run_id, last_turn)
+        return await self.get_calls(run_id, call_ids) if call_ids else []
+
     async def reused_provider_call_ids(
         self, run_id: str, provider_call_ids: Sequence[str]
     ) -> list[str]:

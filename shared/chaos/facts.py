@@ -102,7 +102,7 @@ async def run_facts(ledger: Ledger, plan: PlannedRun, conv: Conversation | None)
     calls: list[CallRecord] = []
     outcomes: dict[str, int] = {}
     if run is not None:
-        calls = await ledger.get_calls(run.run_id, await ledger.run_call_ids(run.run_id, run.turn))
+        calls = await ledger.run_calls(run.run_id, run.turn)
         outcomes = terminal_transitions(await ledger.events(run.run_id))
     received: dict[str, tuple[str, ...]] = {}
     for result in conv.results if conv is not None else ():
