@@ -155,6 +155,8 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("recovery", "p50_s", "recovery after SIGKILL p50 (s)"),
     ("recovery", "max_s", "recovery after SIGKILL max (s)"),
     ("memory", "bytes_per_run", "Redis bytes per finished 3-turn run"),
+    ("memory", "own_bytes_per_run", "  the run's own keys"),
+    ("memory", "shared_bytes_per_run", "  shared streams (trimmed once settled)"),
     ("memory", "bytes_per_run_after_retention", "  after retention"),
     ("memory", "keys_left_after_retention", "  run keys left after retention"),
     ("memory", "rss_growth_max", "worker RSS growth (max over workers)"),
