@@ -32,6 +32,7 @@ def _pairs(reply: list[bytes]) -> dict[bytes, bytes]:
 
 WIRE_COMMANDS: dict[str, tuple[bytes, Callable[[Any], Any] | None]] = {
     "hgetall": (b"HGETALL", _pairs),
+    "hget": (b"HGET", None),
     "hmget": (b"HMGET", None),
     "lrange": (b"LRANGE", None),
     "exists": (b"EXISTS", None),

@@ -22,9 +22,14 @@ async def _kill_other_clients(redis: aioredis.Redis) -> None:
 
 
 async def test_replies_have_the_shapes_redis_py_gives(
-    redis: aioredis.Redis, settings: Settings
+    redis: aioredis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pipe = AutoPipeline(redis)
+
+    async def through_redis_py(batch: object) -> list[object]:
+        raise AssertionError("a hot command took redis-py's pipeline, and its flush with it")
+
+    monkeypatch.setattr(pipe, "_pipelined", through_redis_py)
     h, lst, missing = (f"{settings.key_prefix}:{n}" for n in ("h", "l", "nothing"))
     await redis.hset(h, mapping={"a": "1", "b": "two"})
     await redis.rpush(lst, "x", "y")
@@ -34,6 +39,8 @@ async def test_replies_have_the_shapes_redis_py_gives(
     commands = [
         ("hgetall", h),
         ("hgetall", missing),
+        ("hget", h, "b"),
+        ("hget", h, "zz"),
         ("hmget", h, "a", "zz"),
         ("lrange", lst, 0, -1),
         ("exists", h, missing),
@@ -43,6 +50,8 @@ async def test_replies_have_the_shapes_redis_py_gives(
     expected = [
         await redis.hgetall(h),
         await redis.hgetall(missing),
+        await redis.hget(h, "b"),
+        await redis.hget(h, "zz"),
         await redis.hmget(h, ["a", "zz"]),
         await redis.lrange(lst, 0, -1),
         await redis.exists(h, missing),
