@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -122,6 +123,20 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
+SPEED_LOOP_ADDS = 10_000_000
+
+
+def python_loop_s() -> float:
+    """Seconds a pure-Python loop of 10 million additions takes here.  Throughput is bound by
+    CPU, so its absolute figure follows the machine's speed: this says how fast a machine the
+    figures came from (README compares machines by it)."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(SPEED_LOOP_ADDS):
+        total += i
+    return time.perf_counter() - started
+
+
 def cpu_jiffies() -> tuple[int, int] | None:
     """(steal, total) CPU time of the whole machine so far (Linux /proc/stat), else None.
 
@@ -145,6 +160,7 @@ def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) 
 async def run(args: argparse.Namespace) -> int:
     opts = options(args)
     load_before, jiffies_before = machine(), cpu_jiffies()
+    loop_s = python_loop_s()
     with bench_redis(opts.redis_url, progress_to_stderr, private=opts.private_redis) as redis_url:
         summary = await measure(opts, redis_url)
     met = report.targets(summary)
@@ -152,6 +168,7 @@ async def run(args: argparse.Namespace) -> int:
     document = {
         "machine": {
             **load_before,
+            "python_loop_s": loop_s,
             "load_avg_after": machine()["load_avg"],
             "cpu_stolen_share": stolen,
         },
@@ -163,7 +180,8 @@ async def run(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         steal = "" if stolen is None else f", {stolen:.0%} of CPU time stolen by the hypervisor"
-        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}{steal}")
+        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}, "
+              f"10M Python additions in {loop_s:.2f} s{steal}")
         print(report.table(summary, met))
         details = report.breakdowns(summary)
         if details:

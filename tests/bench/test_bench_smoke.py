@@ -31,6 +31,7 @@ def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) 
     assert set(document["targets"]) == set(TARGETS)
     stolen = document["machine"]["cpu_stolen_share"]
     assert stolen is None or 0 <= stolen <= 1
+    assert document["machine"]["python_loop_s"] > 0
     for name, entry in document["targets"].items():
         assert set(entry) == {"value", "target", "met"}, name
         assert isinstance(entry["met"], bool), name
