@@ -20,18 +20,25 @@ from typing import Any
 
 import aiohttp
 
-from shared.crashpoints import crash_point
-from shared.envelopes import CallResult, Envelope, ExecRequest, ReadOrder, ReconcileRequest
-from shared.errors import EnvelopeError, NotFoundError, ToolError
-from shared.keys import Keys
-from shared.logs import log_fields
-from shared.records import CallRecord, RunRecord, error_result, ok_result
-from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from shared.states import CallState
-from shared.steps import expect_recorded
-from shared.streams import Delivery, Handler
-from shared.tools import Effect, Tool, ToolContext, call_context, context_of, load_registry
-from shared.tx import Tx
+from callgate.crashpoints import crash_point
+from callgate.envelopes import CallResult, Envelope, ExecRequest, ReadOrder, ReconcileRequest
+from callgate.errors import EnvelopeError, NotFoundError, ToolError
+from callgate.keys import Keys
+from callgate.ledger.steps import expect_recorded
+from callgate.ledger.tx import Tx
+from callgate.logs import log_fields
+from callgate.records import CallRecord, RunRecord, error_result, ok_result
+from callgate.states import CallState
+from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.worker import Delivery, Handler
+from callgate.tools.contract import (
+    Effect,
+    Tool,
+    ToolContext,
+    call_context,
+    context_of,
+    load_registry,
+)
 
 log = logging.getLogger("callgate.executor")
 

@@ -1,13 +1,13 @@
 """ingress worker (arq): turns a ``start_run`` job into a run record and its first turn request.
 
 arq carries what streams do not do well: the job other services enqueue (JSON, never pickle,
-see `shared.jobs`), delayed work and periodic sweeps.  arq is at-least-once and its job-id
+see `callgate.jobs`), delayed work and periodic sweeps.  arq is at-least-once and its job-id
 dedup lasts only while a result is kept, so creating a run is the ledger's create-once step:
 the run record, its first history item, its deadline entry and ``TurnRequest(turn=1)`` on the
 turns stream land in one guarded atomic step, and a second start of the same run id is a
 no-op however it arrives.
 
-``python -m services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for up to
+``python -m callgate.services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for up to
 ``shutdown_grace_s`` (arq's ``job_completion_wait``), then stop.
 """
 
@@ -24,23 +24,23 @@ from arq import Retry
 from arq.cron import cron
 from arq.worker import Worker, func
 
-from shared import eventloop
-from shared.config import Settings
-from shared.crashpoints import crash_point
-from shared.envelopes import ApprovalExpired, TurnRequest, encode
-from shared.errors import CallgateError
-from shared.expiry import EXPIRE_APPROVAL
-from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
-from shared.keys import Keys
-from shared.logs import log_fields, setup_logging
-from shared.providers import get_adapter
-from shared.runspec import RunSpecError, parse_spec, to_run_record
-from shared.service import Runtime, build_runtime, tune_gc
-from shared.states import RUN_TERMINAL, RunState
-from shared.store import now_ms
-from shared.stream_redis import REDIS_ERRORS, backoff_s
-from shared.tools import load_registry
-from shared.tx import Tx
+from callgate import eventloop
+from callgate.approvals.expiry import EXPIRE_APPROVAL
+from callgate.config import Settings
+from callgate.crashpoints import crash_point
+from callgate.envelopes import ApprovalExpired, TurnRequest, encode
+from callgate.errors import CallgateError
+from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.keys import Keys
+from callgate.ledger.store import now_ms
+from callgate.ledger.tx import Tx
+from callgate.logs import log_fields, setup_logging
+from callgate.providers import get_adapter
+from callgate.runspec import RunSpecError, parse_spec, to_run_record
+from callgate.states import RUN_TERMINAL, RunState
+from callgate.streams.commands import REDIS_ERRORS, backoff_s
+from callgate.streams.service import Runtime, build_runtime, tune_gc
+from callgate.tools.contract import load_registry
 
 log = logging.getLogger("callgate.ingress")
 
@@ -270,7 +270,7 @@ async def serve(settings: Settings, *, burst: bool = False) -> Worker:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.ingress")
+    parser = argparse.ArgumentParser(prog="python -m callgate.services.ingress")
     parser.add_argument("--burst", action="store_true", help="run queued jobs, then exit")
     args = parser.parse_args(argv)
     setup_logging("ingress")

@@ -16,9 +16,8 @@ from typing import assert_never
 
 import orjson
 
-from shared.acceptance import check_acceptance
-from shared.crashpoints import crash_point
-from shared.envelopes import (
+from callgate.crashpoints import crash_point
+from callgate.envelopes import (
     CallResult,
     DecideOrder,
     Envelope,
@@ -26,10 +25,13 @@ from shared.envelopes import (
     ValidateRequest,
     decide_order,
 )
-from shared.errors import EnvelopeError, NotFoundError
-from shared.history_carry import HistoryCarry, Started
-from shared.logs import log_fields
-from shared.loop import (
+from callgate.errors import EnvelopeError, NotFoundError
+from callgate.ledger.steps import expect_recorded
+from callgate.ledger.store import Ledger, require_calls
+from callgate.ledger.tx import Tx
+from callgate.logs import log_fields
+from callgate.loop.carry import HistoryCarry, Started
+from callgate.loop.decisions import (
     AskToFix,
     Finish,
     NextTurn,
@@ -40,24 +42,22 @@ from shared.loop import (
     after_results,
     budget_end,
 )
-from shared.providers import ADAPTERS, adapter_for
-from shared.providers.base import (
+from callgate.loop.joins import TurnJoins
+from callgate.providers import ADAPTERS, adapter_for
+from callgate.providers.base import (
     FinalAnswer,
     ProviderAdapter,
     ToolResultInput,
     TurnInput,
     TurnOutcome,
 )
-from shared.records import CallRecord, RunRecord
-from shared.redact import scrub, sensitive_values
-from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from shared.states import RUN_TERMINAL, RunState
-from shared.steps import expect_recorded
-from shared.store import Ledger, require_calls
-from shared.streams import Delivery, Handler
-from shared.tools import load_registry
-from shared.turn_joins import TurnJoins
-from shared.tx import Tx
+from callgate.records import CallRecord, RunRecord
+from callgate.redact import scrub, sensitive_values
+from callgate.states import RUN_TERMINAL, RunState
+from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.worker import Delivery, Handler
+from callgate.tools.acceptance import check_acceptance
+from callgate.tools.contract import load_registry
 
 log = logging.getLogger("callgate.model_turn")
 

@@ -17,15 +17,15 @@ from typing import Any
 import aiohttp
 import orjson
 
-from shared.crashpoints import crash_point
-from shared.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
-from shared.errors import EnvelopeError, NotFoundError, ToolError
-from shared.records import CallRecord, RunRecord, error_result, ok_result
-from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from shared.states import CallState, RunState
-from shared.streams import Delivery, Handler
-from shared.tools import Effect, Reconciliation, Tool, call_context, load_registry
-from shared.tx import Tx
+from callgate.crashpoints import crash_point
+from callgate.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
+from callgate.errors import EnvelopeError, NotFoundError, ToolError
+from callgate.ledger.tx import Tx
+from callgate.records import CallRecord, RunRecord, error_result, ok_result
+from callgate.states import CallState, RunState
+from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.worker import Delivery, Handler
+from callgate.tools.contract import Effect, Reconciliation, Tool, call_context, load_registry
 
 log = logging.getLogger("callgate.reconciler")
 

@@ -1,10 +1,13 @@
-"""The Slack approvals bot process (DESIGN §7): ``python -m services.slack_approvals --port P``.
+"""The Slack approvals bot process (DESIGN §7).
+
+    python -m callgate.services.slack_approvals --port P
+
 
 It posts every approval request from the notify streams to a Slack channel with Approve and
 Deny buttons, verifies each click (Slack's signature via Bolt, then the approver map and the
 role the approval record needs) and posts an `ApprovalDecision` to the run's approvals
 stream.  The validator alone decides whether a decision applies.  Configuration:
-`services.slack.settings.SlackSettings` (CALLGATE_SLACK_*) and `shared.config.Settings`.
+`callgate.slack.settings.SlackSettings` (CALLGATE_SLACK_*) and `callgate.config.Settings`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from services.slack.bot import EVENTS_PATH, SlackBot
-from services.slack.settings import SlackSettings
-from shared.config import Settings
-from shared.logs import setup_logging
+from callgate.config import Settings
+from callgate.logs import setup_logging
+from callgate.slack.bot import EVENTS_PATH, SlackBot
+from callgate.slack.settings import SlackSettings
 
 __all__ = ["EVENTS_PATH", "SlackBot", "SlackSettings", "main"]
 
@@ -43,7 +46,7 @@ async def serve(settings: Settings, slack: SlackSettings, host: str, port: int) 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.slack_approvals")
+    parser = argparse.ArgumentParser(prog="python -m callgate.services.slack_approvals")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000, help="0 picks a free port")
     args = parser.parse_args(argv)

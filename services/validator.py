@@ -19,10 +19,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from services.approval_flow import ApprovalFlow
-from shared.approvals import ApprovalRecord
-from shared.dispatch import Decided, dispatch
-from shared.envelopes import (
+from callgate.approvals.expiry import ApprovalExpiryScheduler
+from callgate.approvals.flow import ApprovalFlow
+from callgate.approvals.record import ApprovalRecord
+from callgate.envelopes import (
     ApprovalDecision,
     ApprovalExpired,
     DecideOrder,
@@ -33,24 +33,24 @@ from shared.envelopes import (
     decide_order,
     new_id,
 )
-from shared.errors import EnvelopeError, NotFoundError
-from shared.expiry import ApprovalExpiryScheduler
-from shared.logs import log_fields
-from shared.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
-from shared.records import (
+from callgate.errors import EnvelopeError, NotFoundError
+from callgate.ledger.dispatch import Decided, dispatch
+from callgate.ledger.steps import expect_recorded
+from callgate.ledger.store import now_ms, require_calls
+from callgate.ledger.tx import Tx
+from callgate.logs import log_fields
+from callgate.records import (
     RAW_ARGUMENTS_MAX_BYTES,
     CallRecord,
     RunRecord,
     error_result,
     truncate_utf8,
 )
-from shared.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from shared.states import CallState, RunState
-from shared.steps import expect_recorded
-from shared.store import now_ms, require_calls
-from shared.streams import Delivery, Handler
-from shared.tools import Effect, context_of, load_registry
-from shared.tx import Tx
+from callgate.states import CallState, RunState
+from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.worker import Delivery, Handler
+from callgate.tools.contract import Effect, context_of, load_registry
+from callgate.tools.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
 
 log = logging.getLogger("callgate.validator")
 

@@ -16,14 +16,14 @@ import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 from arq.jobs import Job
 
-from shared.config import Settings
-from shared.errors import CallgateError, NotFoundError
-from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
-from shared.keys import Keys
-from shared.records import CallRecord, Event, RunRecord
-from shared.runspec import RunSpec, parse_spec, with_run_id
-from shared.states import RUN_PAUSED, RUN_TERMINAL
-from shared.store import Ledger
+from callgate.config import Settings
+from callgate.errors import CallgateError, NotFoundError
+from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.keys import Keys
+from callgate.ledger.store import Ledger
+from callgate.records import CallRecord, Event, RunRecord
+from callgate.runspec import RunSpec, parse_spec, with_run_id
+from callgate.states import RUN_PAUSED, RUN_TERMINAL
 
 WAIT_BLOCK_MS = 1000
 """Longest single XREAD BLOCK; the status is re-read after each (covers lost connections)."""

@@ -25,7 +25,7 @@ class Settings(BaseSettings):
     key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
     partitions: int = Field(default=1, ge=1, le=1024, description="N in hash(run_id) mod N.")
 
-    # Consumer-group behaviour (shared/streams.py).
+    # Consumer-group behaviour (shared/streams/worker.py).
     # Four heartbeats per claim window: a live consumer survives ~0.9 s of stalled event loop,
     # and a dead one's messages are taken over ~1.2-1.5 s after it died.
     claim_idle_ms: int = Field(

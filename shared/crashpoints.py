@@ -6,7 +6,7 @@ at every boundary rather than only at random moments.  ``CALLGATE_CRASH_ONCE_FIL
 set, names a marker file: the crash happens only if the file does not exist yet (it is
 created just before dying), so a restarted process runs on past the boundary.
 
-Every boundary, and which effect kinds reach it, is listed in `shared.chaos.boundaries`;
+Every boundary, and which effect kinds reach it, is listed in `callgate.ops.chaos.boundaries`;
 ``callgate chaos --crash-points`` walks them all.
 """
 

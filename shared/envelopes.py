@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from shared.errors import EnvelopeError
+from callgate.errors import EnvelopeError
 
 if TYPE_CHECKING:
-    from shared.records import CallRecord, RunRecord
+    from callgate.records import CallRecord, RunRecord
 
 SCHEMA_VERSION = 1
 

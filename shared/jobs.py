@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from arq.connections import RedisSettings
 
-from shared.config import Settings
+from callgate.config import Settings
 
 START_RUN = "start_run"
 """The ingress job that creates a run (job id = run id)."""

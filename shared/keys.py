@@ -94,6 +94,6 @@ class Keys:
         return f"{self.prefix}:runs"
 
     def bench(self, name: str) -> str:
-        """Benchmark bookkeeping (`shared.bench`): timings, the floor relay's streams and state,
-        all in partition 0's slot so one relay step never crosses slots."""
+        """Benchmark bookkeeping (`callgate.ops.bench`): timings, the floor relay's streams and
+        state, all in partition 0's slot so one relay step never crosses slots."""
         return f"{self.tag(0)}:bench:{name}"

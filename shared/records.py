@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, Self
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
-from shared.states import CallState, RunState
+from callgate.states import CallState, RunState
 
 RAW_ARGUMENTS_MAX_BYTES = 16_384
 """The model's raw argument text is kept for audit, cut to this many UTF-8 bytes."""

@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from shared.envelopes import new_id
-from shared.errors import CallgateError
-from shared.records import Api, BatchPolicy, RunRecord
-from shared.states import RunState
+from callgate.envelopes import new_id
+from callgate.errors import CallgateError
+from callgate.records import Api, BatchPolicy, RunRecord
+from callgate.states import RunState
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
@@ -57,7 +57,8 @@ class RunSpec(BaseModel):
     deadline_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
     """Wall-clock budget from the moment the run is created."""
     acceptance: dict[str, Any] | None = None
-    """A rule for the final answer (shared/acceptance.py): contains, json_schema or validator."""
+    """A rule for the final answer (`callgate.tools.acceptance`): contains, json_schema or
+    validator."""
     batch_policy: BatchPolicy = "hold_effects"
     """While calls wait for a human: ``hold_effects`` runs only reads until the whole batch is
     decided; ``run_allowed`` also runs the allowed writes at once."""

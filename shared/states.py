@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from shared.errors import TransitionError
+from callgate.errors import TransitionError
 
 
 class RunState(StrEnum):

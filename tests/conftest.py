@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis
+from callgate.config import Settings
+from callgate.ops.embedded_redis import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.store import Ledger
+from callgate.ledger.store import Ledger
 
 
 def count_run_and_calls(ledger: Ledger) -> list[str]:

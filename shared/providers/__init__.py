@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-from shared.providers.anthropic_messages import AnthropicMessagesAdapter
-from shared.providers.base import ProviderAdapter
-from shared.providers.openai_chat import OpenAIChatAdapter
-from shared.providers.openai_responses import OpenAIResponsesAdapter
+from callgate.providers.anthropic_messages import AnthropicMessagesAdapter
+from callgate.providers.base import ProviderAdapter
+from callgate.providers.openai_chat import OpenAIChatAdapter
+from callgate.providers.openai_responses import OpenAIResponsesAdapter
 
 ADAPTERS: dict[str, type[OpenAIResponsesAdapter | OpenAIChatAdapter | AnthropicMessagesAdapter]] = {
     "openai-responses": OpenAIResponsesAdapter,

@@ -16,8 +16,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from shared.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
-from shared.providers.base import (
+from callgate.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
+from callgate.providers.base import (
     FailureKind,
     FinalAnswer,
     Incomplete,
@@ -30,7 +30,7 @@ from shared.providers.base import (
     TurnInput,
     TurnOutcome,
 )
-from shared.providers.common import (
+from callgate.providers.common import (
     CallCandidate,
     RecordMeta,
     as_dict,

@@ -30,7 +30,7 @@ JsonDict = dict[str, Any]
 
 
 class ToolSpecLike(Protocol):
-    """Anything with a tool's name, description and argument schema (e.g. shared.tools)."""
+    """Anything with a tool's name, description and argument schema (e.g. a `ToolSpec`)."""
 
     @property
     def name(self) -> str: ...

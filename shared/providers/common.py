@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import httpx2
 from pydantic import BaseModel
 
-from shared.errors import (
+from callgate.errors import (
     ProviderBadRequestError,
     ProviderError,
     ProviderOverloadedError,
@@ -24,8 +24,7 @@ from shared.errors import (
     ProviderTimeoutError,
     ProviderTransportError,
 )
-from shared.json_guard import exceeds_depth
-from shared.providers.base import (
+from callgate.providers.base import (
     FailureKind,
     FinalAnswer,
     Incomplete,
@@ -38,6 +37,7 @@ from shared.providers.base import (
     TurnOutcome,
     TurnRecord,
 )
+from callgate.tools.json_guard import exceeds_depth
 
 
 def join_fragments(parts: Iterable[str]) -> str:

@@ -13,8 +13,8 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING, Any, cast
 
-from shared.errors import ProviderError
-from shared.providers.base import (
+from callgate.errors import ProviderError
+from callgate.providers.base import (
     FinalAnswer,
     Incomplete,
     IncompleteReason,
@@ -26,7 +26,7 @@ from shared.providers.base import (
     TurnInput,
     TurnOutcome,
 )
-from shared.providers.common import (
+from callgate.providers.common import (
     CallCandidate,
     RecordMeta,
     as_dict,
@@ -37,7 +37,7 @@ from shared.providers.common import (
     settle,
     to_failed,
 )
-from shared.providers.openai_common import (
+from callgate.providers.openai_common import (
     PROVIDER,
     api_version,
     make_client,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import openai
 
-from shared.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
-from shared.providers.base import FailureKind
-from shared.providers.common import (
+from callgate.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
+from callgate.providers.base import FailureKind
+from callgate.providers.common import (
     error_message,
     kind_for_status,
     make_error,

@@ -11,14 +11,14 @@ import sys
 import orjson
 import redis
 
-from shared.bench.report import TABLE_ROWS, TARGETS
-from shared.embedded_redis import EmbeddedRedis
+from callgate.ops.bench.report import TABLE_ROWS, TARGETS
+from callgate.ops.embedded_redis import EmbeddedRedis
 
 SMOKE_TIMEOUT_S = 110
 
 
 def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) -> None:
-    argv = [sys.executable, "-m", "shared.cli", "bench", "--smoke", "--json",
+    argv = [sys.executable, "-m", "callgate.ops.cli", "bench", "--smoke", "--json",
             "--redis-url", redis_server.url]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.bench.harness import Deployment
-from shared.client import CallgateClient
-from shared.config import Settings
-from shared.records import RunRecord
-from shared.states import RunState
+from callgate.client import CallgateClient
+from callgate.config import Settings
+from callgate.ops.bench.harness import Deployment
+from callgate.records import RunRecord
+from callgate.states import RunState
 
 
 @pytest.fixture

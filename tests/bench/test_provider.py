@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from services.scripted_model import ScriptedModelServer
-from shared.bench.provider import in_process
-from shared.bench.tools import TOOLS
-from shared.providers import get_adapter
-from shared.providers.base import ProviderAdapter, ToolResultInput, TurnInput
+from callgate.ops.bench.provider import in_process
+from callgate.ops.bench.tools import TOOLS
+from callgate.providers import get_adapter
+from callgate.providers.base import ProviderAdapter, ToolResultInput, TurnInput
+from callgate.standins.scripted_model import ScriptedModelServer
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 IDS = {"id", "call_id", "tool_call_id", "tool_use_id"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from shared.bench.report import (
+from callgate.ops.bench.report import (
     TARGETS,
     percentile,
     recovery_summary,

@@ -12,14 +12,14 @@ import aiohttp
 import pytest
 import redis.asyncio as aioredis
 
-from shared.client import CallgateClient
-from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis
-from shared.envelopes import ApprovalDecision, encode
-from shared.keys import Keys
-from shared.records import CallRecord, Event
-from shared.store import Ledger
-from shared.system import LocalSystem, SystemSpec
+from callgate.client import CallgateClient
+from callgate.config import Settings
+from callgate.envelopes import ApprovalDecision, encode
+from callgate.keys import Keys
+from callgate.ledger.store import Ledger
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.records import CallRecord, Event
 
 PLANTED_API_KEY = f"sk-planted-{uuid.uuid4().hex}"
 """What the workers hold as their provider API key; the scripted model ignores keys."""

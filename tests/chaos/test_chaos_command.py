@@ -12,14 +12,14 @@ from typing import Any
 import orjson
 import pytest
 
-from shared.chaos.boundaries import BOUNDARIES, EFFECTS
-from shared.chaos.invariants import CHECKS
-from shared.stack import WORKERS
+from callgate.ops.chaos.boundaries import BOUNDARIES, EFFECTS
+from callgate.ops.chaos.invariants import CHECKS
+from callgate.ops.stack import WORKERS
 
 
 def chaos(*args: str, timeout_s: float) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "chaos", "--json", *args],
+        [sys.executable, "-m", "callgate.ops.cli", "chaos", "--json", *args],
         capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
     assert done.stdout, done.stderr[-3000:]

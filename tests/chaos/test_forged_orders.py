@@ -9,14 +9,14 @@ import asyncio
 import orjson
 import redis.asyncio as aioredis
 
-from shared.envelopes import DecideOrder, ProposedOrder, ValidateRequest, encode, new_id
-from shared.records import RAW_ARGUMENTS_MAX_BYTES, CallRecord, RunRecord
-from shared.states import CallState, RunState
-from shared.store import Ledger
-from shared.tx import Tx
+from callgate.envelopes import DecideOrder, ProposedOrder, ValidateRequest, encode, new_id
+from callgate.ledger.store import Ledger
+from callgate.ledger.tx import Tx
+from callgate.records import RAW_ARGUMENTS_MAX_BYTES, CallRecord, RunRecord
+from callgate.states import CallState, RunState
 from tests.chaos.conftest import Deployment
 
-WORKSHOP = ("services.demo.workshop",)
+WORKSHOP = ("callgate.standins.demo.workshop",)
 FOR_BOB = orjson.dumps({"event_id": "ws-101", "participant_id": "p-bob"}).decode()
 FOR_ALICE = orjson.dumps({"event_id": "ws-101", "participant_id": "p-alice"}).decode()
 

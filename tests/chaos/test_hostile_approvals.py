@@ -9,10 +9,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from shared.envelopes import ApprovalDecision
+from callgate.envelopes import ApprovalDecision
 from tests.chaos.conftest import Deployment
 
-WORKSHOP = ["services.demo.workshop"]
+WORKSHOP = ["callgate.standins.demo.workshop"]
 
 
 async def refusals(deployment: Deployment, run_id: str, count: int) -> list[dict[str, Any]]:

@@ -13,13 +13,13 @@ from typing import Any
 import orjson
 import pytest
 
-from shared.chaos.boundaries import BOUNDARIES, EFFECTS, boundary_names, reached_by
-from shared.chaos.facts import Facts, RunFacts, latest_conversations, terminal_transitions
-from shared.chaos.invariants import check_all, reservations_per_approved_call, told
-from shared.chaos.report import figures, render
-from shared.chaos.workload import EXPIRE_TTL_S, plan_runs
-from shared.records import CallRecord, Event, RunRecord, error_result, ok_result
-from shared.states import CallState, RunState
+from callgate.ops.chaos.boundaries import BOUNDARIES, EFFECTS, boundary_names, reached_by
+from callgate.ops.chaos.facts import Facts, RunFacts, latest_conversations, terminal_transitions
+from callgate.ops.chaos.invariants import check_all, reservations_per_approved_call, told
+from callgate.ops.chaos.report import figures, render
+from callgate.ops.chaos.workload import EXPIRE_TTL_S, plan_runs
+from callgate.records import CallRecord, Event, RunRecord, error_result, ok_result
+from callgate.states import CallState, RunState
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = plan_runs(1, 7)[0]
@@ -137,7 +137,7 @@ def test_the_boundary_table_names_every_crash_point_in_the_code() -> None:
     literal = re.compile(r'crash_point\("([a-z_.]+)"\)')
     in_code = {
         name
-        for path in [*ROOT.glob("services/*.py"), *ROOT.glob("shared/*.py")]
+        for path in [*ROOT.glob("services/**/*.py"), *ROOT.glob("shared/**/*.py")]
         for name in literal.findall(path.read_text())
     }
     generic = {f"{w}.before_ack" for w in ("model_turn", "validator", "executor", "reconciler")}

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from shared.chaos.workload import APIS
-from shared.system import LocalSystem, SystemSpec
+from callgate.ops.chaos.workload import APIS
+from callgate.ops.system import LocalSystem, SystemSpec
 from tests.chaos.conftest import Deployment
 
 SLOW = {"delay_s": 1.0}
@@ -30,7 +30,9 @@ def system() -> Iterator[LocalSystem]:
 async def in_flight(deployment: Deployment, count: int) -> list[str]:
     """Submit ``count`` runs and return once one of them is executing its calls."""
     runs = [
-        await deployment.submit("travel-parallel", ["services.demo.travel"], api=APIS[i % 3])
+        await deployment.submit(
+            "travel-parallel", ["callgate.standins.demo.travel"], api=APIS[i % 3]
+        )
         for i in range(count)
     ]
     redis = aioredis.Redis.from_url(deployment.settings.redis_url)

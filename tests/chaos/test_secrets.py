@@ -14,12 +14,13 @@ import sys
 import pytest
 import redis.asyncio as aioredis
 
-from shared.logs import JsonFormatter
+from callgate.logs import JsonFormatter
 from tests.chaos.conftest import PLANTED_API_KEY, Deployment
 
 PLANTED_EMAIL = "planted-7f3a9c51@secret.example"
-"""The contact_email the chaos-secret scenario sends (services/scenarios/chaos-secret.json)."""
-HOLDS = ["services.demo.holds"]
+"""The contact_email the chaos-secret scenario sends
+(shared/standins/scenarios/chaos-secret.json)."""
+HOLDS = ["callgate.standins.demo.holds"]
 MAY_HOLD_THE_ARGUMENT = (":call:", ":hist:", ":raw:", ":run:")
 
 
@@ -77,7 +78,7 @@ async def test_planted_secrets_reach_no_log_no_trace_no_event(
 
     env = {**os.environ, "REDIS_URL": fresh.settings.redis_url,
            "CALLGATE_KEY_PREFIX": fresh.settings.key_prefix}  # fmt: skip
-    trace = subprocess.run([sys.executable, "-m", "shared.cli", "trace", run_id], env=env,
+    trace = subprocess.run([sys.executable, "-m", "callgate.ops.cli", "trace", run_id], env=env,
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert trace.returncode == 0 and "hold_seat" in trace.stdout
     assert PLANTED_EMAIL not in trace.stdout and PLANTED_API_KEY not in trace.stdout

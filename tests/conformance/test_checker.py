@@ -7,11 +7,11 @@ from typing import Any
 import orjson
 import pytest
 
-from shared.conformance.catalogue import CASES, Case, select
-from shared.conformance.checker import check
-from shared.conformance.observation import Observation, ObservedCall
-from shared.conformance.pairing import pairing_problems, result_pairs, told
-from shared.conformance.report import exit_code, render, to_json
+from callgate.ops.conformance.catalogue import CASES, Case, select
+from callgate.ops.conformance.checker import check
+from callgate.ops.conformance.observation import Observation, ObservedCall
+from callgate.ops.conformance.pairing import pairing_problems, result_pairs, told
+from callgate.ops.conformance.report import exit_code, render, to_json
 
 CASE = {case.id: case for case in CASES}
 READ_PATH = ("requested", "allowed", "executing", "succeeded")

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import redis
 
-from shared.embedded_redis import EmbeddedRedis
+from callgate.ops.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.timeout(180)
 FIELDS = ["case", "api", "passed", "expected_state", "actual_state", "executions",
@@ -23,7 +23,7 @@ def _callgate(*args: str, redis_url: str) -> subprocess.CompletedProcess[str]:
     # A real provider endpoint and key in the environment must not be used.
     env.update(OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-not-a-real-key")
     return subprocess.run(
-        [sys.executable, "-m", "shared.cli", "conformance", *args],
+        [sys.executable, "-m", "callgate.ops.cli", "conformance", *args],
         env=env, capture_output=True, text=True, timeout=150,
     )  # fmt: skip
 

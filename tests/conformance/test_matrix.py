@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from shared.conformance.catalogue import APIS, CASES, PAUSE
-from shared.conformance.checker import Cell, check
-from shared.conformance.observation import Observation
-from shared.conformance.runner import Outcome, Plan, run_matrix
-from shared.embedded_redis import EmbeddedRedis
+from callgate.ops.conformance.catalogue import APIS, CASES, PAUSE
+from callgate.ops.conformance.checker import Cell, check
+from callgate.ops.conformance.observation import Observation
+from callgate.ops.conformance.runner import Outcome, Plan, run_matrix
+from callgate.ops.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.timeout(300)
 MATRIX_BUDGET_S = 180.0

@@ -11,13 +11,13 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from shared.client import CallgateClient
-from shared.config import Settings
-from shared.conformance.pairing import result_pairs
-from shared.embedded_redis import EmbeddedRedis
-from shared.envelopes import decode
-from shared.keys import Keys
-from shared.system import LocalSystem, SystemSpec
+from callgate.client import CallgateClient
+from callgate.config import Settings
+from callgate.envelopes import decode
+from callgate.keys import Keys
+from callgate.ops.conformance.pairing import result_pairs
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.system import LocalSystem, SystemSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 WORKERS = ("ingress", "model_turn", "validator", "executor")
@@ -44,7 +44,7 @@ class Stack:
             "model": model,
             "input": text,
             "identity": {"user": "alice"},
-            "tool_modules": ["services.demo.travel"],
+            "tool_modules": ["callgate.standins.demo.travel"],
             "max_turns": 6,
             **extra,
         }

@@ -16,14 +16,14 @@ import aiohttp
 import orjson
 import pytest
 
-from services.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
-from shared.approvals import ApprovalRecord
-from shared.cli import main
-from shared.client import CallgateClient
-from shared.decisions import ApprovalDesk, DecisionKind, Outcome
-from shared.embedded_redis import EmbeddedRedis, free_port
-from shared.errors import NotFoundError
-from shared.system import LocalSystem, SystemSpec
+from callgate.approvals.desk import ApprovalDesk, DecisionKind, Outcome
+from callgate.approvals.record import ApprovalRecord
+from callgate.client import CallgateClient
+from callgate.errors import NotFoundError
+from callgate.ops.cli import main
+from callgate.ops.embedded_redis import EmbeddedRedis, free_port
+from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
 from tests import slack_clicks
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
@@ -58,7 +58,7 @@ class Workshop:
             "model": model,
             "input": "Book me into ws-101",
             "identity": {"user": "alice"},
-            "tool_modules": ["services.demo.workshop"],
+            "tool_modules": ["callgate.standins.demo.workshop"],
             **extra,
         }
         async with CallgateClient(self.settings) as client:
@@ -158,11 +158,11 @@ def workshop(redis_server: EmbeddedRedis) -> Iterator[Workshop]:
     )
     with LocalSystem(spec) as system:
         slack = system.start_listener(
-            "slack", [sys.executable, "-m", "services.fake_slack", "--port", str(free_port()),
-                      "--token", TOKEN])
+            "slack", [sys.executable, "-m", "callgate.standins.fake_slack",
+                      "--port", str(free_port()), "--token", TOKEN])
         bot = system.start_listener(
             "slack_approvals",
-            [sys.executable, "-m", "services.slack_approvals", "--port", str(free_port())],
+            [sys.executable, "-m", "callgate.services.slack_approvals", "--port", str(free_port())],
             {
                 "CALLGATE_SLACK_API_URL": f"{slack}/api/",
                 "CALLGATE_SLACK_BOT_TOKEN": TOKEN,

@@ -17,12 +17,12 @@ import sys
 
 import redis.asyncio as aioredis
 
-from shared.config import Settings
-from shared.crashpoints import crash_point
-from shared.envelopes import Envelope, TurnRequest, encode
-from shared.errors import NotFoundError
-from shared.keys import Keys
-from shared.streams import Delivery, Handler, StreamWorker, install_signal_handlers
+from callgate.config import Settings
+from callgate.crashpoints import crash_point
+from callgate.envelopes import Envelope, TurnRequest, encode
+from callgate.errors import NotFoundError
+from callgate.keys import Keys
+from callgate.streams.worker import Delivery, Handler, StreamWorker, install_signal_handlers
 
 _APPLY = """
 if redis.call('SET', KEYS[1], '1', 'NX') then

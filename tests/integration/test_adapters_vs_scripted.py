@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from services.scripted_model import ScriptedModelServer
-from shared.providers import anthropic_messages, get_adapter, openai_chat, openai_responses
-from shared.providers.base import ToolResultInput, TurnInput, TurnOutcome
-from shared.tools import ToolSpec
+from callgate.providers import anthropic_messages, get_adapter, openai_chat, openai_responses
+from callgate.providers.base import ToolResultInput, TurnInput, TurnOutcome
+from callgate.standins.scripted_model import ScriptedModelServer
+from callgate.tools.contract import ToolSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 PROTOCOLS = {

@@ -10,10 +10,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from shared.autopipeline import AutoPipeline
-from shared.config import Settings
-from shared.embedded_redis import free_port
-from shared.resp_wire import Wire, WireAddress
+from callgate.config import Settings
+from callgate.ledger.pipeline import AutoPipeline
+from callgate.ledger.wire import Wire, WireAddress
+from callgate.ops.embedded_redis import free_port
 
 
 async def test_concurrent_requests_share_one_round_trip(

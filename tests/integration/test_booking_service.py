@@ -16,8 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.demo.http import ServiceProcess, launch
-from services.demo.workshop import (
+from callgate.errors import ToolError
+from callgate.standins.demo.http import ServiceProcess, launch
+from callgate.standins.demo.workshop import (
     BOOKING_URL_SETTING,
     ParticipantArgs,
     SeatsArgs,
@@ -25,12 +26,11 @@ from services.demo.workshop import (
     check_seats,
     reserve_seat,
 )
-from shared.errors import ToolError
-from shared.policy import check_preconditions
-from shared.tools import Identity, ToolContext
+from callgate.tools.contract import Identity, ToolContext
+from callgate.tools.policy import check_preconditions
 
 pytestmark = pytest.mark.timeout(30)
-MODULE = "services.demo.booking_service"
+MODULE = "callgate.standins.demo.booking_service"
 ALICE = ParticipantArgs(event_id="ws-101", participant_id="p-alice")
 BOB = ParticipantArgs(event_id="ws-101", participant_id="p-bob")
 CAROL = ParticipantArgs(event_id="ws-101", participant_id="p-carol")

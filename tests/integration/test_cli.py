@@ -12,9 +12,9 @@ import sys
 import orjson
 import pytest
 
-from services.ingress import create_worker
-from shared.cli import main
-from shared.config import Settings
+from callgate.config import Settings
+from callgate.ops.cli import main
+from callgate.services.ingress import create_worker
 
 
 def _drain(settings: Settings) -> None:
@@ -34,7 +34,8 @@ def test_run_status_view_trace(
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("CALLGATE_KEY_PREFIX", settings.key_prefix)
     code = main(["run", "--api", "anthropic-messages", "--model", "m", "--tools",
-                 "services.demo.travel", "--identity", '{"user": "alice"}', "--input", "hi",
+                 "callgate.standins.demo.travel", "--identity", '{"user": "alice"}',
+                 "--input", "hi",
                  "--max-turns", "3", "--json"])
     assert code == 0
     run_id = orjson.loads(capsys.readouterr().out)["run_id"]
@@ -61,7 +62,7 @@ def test_demo_travel_end_to_end(settings: Settings) -> None:
            if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
                         "ANTHROPIC_BASE_URL", "CALLGATE_KEY_PREFIX"}}
     env["REDIS_URL"] = settings.redis_url
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "travel",
+    proc = subprocess.run([sys.executable, "-m", "callgate.ops.cli", "demo", "travel",
                            "--api", "openai-chat", "--timeout", "45"],
                           env=env, capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -86,8 +87,8 @@ def test_demo_workshop_asks_in_the_terminal_and_books_once(settings: Settings) -
     primary, secondary = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "demo", "workshop", "--api", "anthropic-messages",
-             "--timeout", "45"],
+            [sys.executable, "-m", "callgate.ops.cli", "demo", "workshop",
+             "--api", "anthropic-messages", "--timeout", "45"],
             stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=_demo_env(settings),
         )
@@ -106,7 +107,7 @@ def test_demo_workshop_asks_in_the_terminal_and_books_once(settings: Settings) -
 
 def test_demo_workshop_without_a_terminal_needs_approve_as(settings: Settings) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "demo", "workshop", "--timeout", "45"],
+        [sys.executable, "-m", "callgate.ops.cli", "demo", "workshop", "--timeout", "45"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_demo_env(settings),
         timeout=90,
     )

@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from services.executor import Executor
-from shared.bench.tools import MODULE as BENCH_TOOLS
-from shared.config import Settings
-from shared.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
-from shared.records import CallRecord, RunRecord
-from shared.service import Runtime, build_runtime
-from shared.states import CallState, RunState
-from shared.stream_redis import ensure_groups
-from shared.streams import Delivery
+from callgate.config import Settings
+from callgate.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
+from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
+from callgate.records import CallRecord, RunRecord
+from callgate.services.executor import Executor
+from callgate.states import CallState, RunState
+from callgate.streams.commands import ensure_groups
+from callgate.streams.service import Runtime, build_runtime
+from callgate.streams.worker import Delivery
 from tests.ledger_spy import count_run_and_calls
 
 GROUP = "executor"

@@ -1,5 +1,5 @@
 """Ingress + client on a real private Redis with a real arq worker (burst, in process and as
-``python -m services.ingress --burst``): one run per run id, nothing for an invalid spec,
+``python -m callgate.services.ingress --burst``): one run per run id, nothing for an invalid spec,
 ``wait`` wakes on the status change, the deadline sweep hands off."""
 
 from __future__ import annotations
@@ -17,23 +17,23 @@ import pytest
 import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 
-from services.ingress import (
+from callgate.approvals.record import ApprovalRecord
+from callgate.client import CallgateClient, JobFailedError
+from callgate.config import Settings
+from callgate.envelopes import ApprovalExpired, TurnRequest, decode
+from callgate.errors import NotFoundError
+from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.ledger.tx import Tx
+from callgate.runspec import RunSpecError
+from callgate.services.ingress import (
     create_worker,
     deadlines_index,
     start_run,
     sweep_approvals,
     sweep_deadlines,
 )
-from shared.approvals import ApprovalRecord
-from shared.client import CallgateClient, JobFailedError
-from shared.config import Settings
-from shared.envelopes import ApprovalExpired, TurnRequest, decode
-from shared.errors import NotFoundError
-from shared.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
-from shared.runspec import RunSpecError
-from shared.service import Runtime, build_runtime
-from shared.states import RunState
-from shared.tx import Tx
+from callgate.states import RunState
+from callgate.streams.service import Runtime, build_runtime
 
 
 def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
         "model": "travel-demo",
         "input": "Is my train G1234 on 2026-12-20 on time?",
         "identity": {"user": "alice"},
-        "tool_modules": ["services.demo.travel"],
+        "tool_modules": ["callgate.standins.demo.travel"],
     }
     if run_id is not None:
         data["run_id"] = run_id
@@ -240,7 +240,7 @@ def test_module_entry_point_runs_queued_jobs(
             await c.submit(spec(run_id))
 
     asyncio.run(submit())
-    proc = subprocess.run([sys.executable, "-m", "services.ingress", "--burst"],
+    proc = subprocess.run([sys.executable, "-m", "callgate.services.ingress", "--burst"],
                           env=subprocess_env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
 

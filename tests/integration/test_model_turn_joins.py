@@ -10,14 +10,14 @@ from typing import Any
 import orjson
 import pytest
 
-from services.model_turn import ModelTurn
-from shared.config import Settings
-from shared.envelopes import CallResult, TurnRequest, new_id
-from shared.records import RunRecord, ok_result
-from shared.service import build_runtime
-from shared.states import CallState, RunState
-from shared.streams import Delivery
-from shared.tx import Tx
+from callgate.config import Settings
+from callgate.envelopes import CallResult, TurnRequest, new_id
+from callgate.ledger.tx import Tx
+from callgate.records import RunRecord, ok_result
+from callgate.services.model_turn import ModelTurn
+from callgate.states import CallState, RunState
+from callgate.streams.service import build_runtime
+from callgate.streams.worker import Delivery
 from tests.ledger_spy import count_run_and_calls
 
 RESULT = ok_result({"key": "k1", "value": "recorded"})
@@ -28,7 +28,7 @@ async def worker(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIt
     # The adapter builds its SDK client, never used to send: the model runs in process.
     monkeypatch.setenv("OPENAI_API_KEY", "in-process")
     in_process = settings.model_copy(
-        update={"adapter_factory": "shared.bench.provider:in_process"}
+        update={"adapter_factory": "callgate.ops.bench.provider:in_process"}
     )
     runtime = build_runtime("model_turn", in_process)
     try:
@@ -52,7 +52,7 @@ async def _turn_with_its_call_run(worker: ModelTurn) -> str:
         input="read k1",
         turn=1,
         identity={"user": "bench"},
-        tool_modules=["shared.bench.tools"],
+        tool_modules=["callgate.ops.bench.tools"],
     )
     assert await ledger.create_run(run)
     await worker.on_turn_request(TurnRequest(run_id=run.run_id, turn=1), _delivery())

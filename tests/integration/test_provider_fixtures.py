@@ -18,8 +18,8 @@ import anthropic
 import openai
 import pytest
 
-from shared.providers import get_adapter
-from shared.providers.base import (
+from callgate.providers import get_adapter
+from callgate.providers.base import (
     FinalAnswer,
     Incomplete,
     ProviderAdapter,
@@ -29,7 +29,7 @@ from shared.providers.base import (
     TurnInput,
     TurnOutcome,
 )
-from shared.tools import ToolSpec
+from callgate.tools.contract import ToolSpec
 from tests.integration.fixture_server import FixtureServer, Reply
 from tests.provider_fixtures import FIXTURES, HANDBOOK_COPY
 

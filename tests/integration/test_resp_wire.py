@@ -11,9 +11,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from shared.autopipeline import AutoPipeline
-from shared.config import Settings
-from shared.resp_wire import BlockingReads, wire_address
+from callgate.config import Settings
+from callgate.ledger.pipeline import AutoPipeline
+from callgate.ledger.wire import BlockingReads, wire_address
 
 
 async def _kill_other_clients(redis: aioredis.Redis) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from shared.config import Settings
-from shared.keys import Keys
-from shared.records import CallRecord, RunRecord
-from shared.states import CallState, RunState
-from shared.store import Ledger, Tx, now_ms, runs_index
+from callgate.config import Settings
+from callgate.keys import Keys
+from callgate.ledger.store import Ledger, Tx, now_ms, runs_index
+from callgate.records import CallRecord, RunRecord
+from callgate.states import CallState, RunState
 
 
 def _ledger(redis: aioredis.Redis, settings: Settings, retention_s: int = 3600) -> Ledger:

@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from openai.types.shared import ErrorObject as OpenAIErrorObject
 
-from services.scripted_model import DEFAULT_SCENARIOS, ScriptedModelServer
+from callgate.standins.scripted_model import DEFAULT_SCENARIOS, ScriptedModelServer
 
 PROTOCOLS = ["responses", "chat", "anthropic"]
 CITY = "Zürich → 東京 🚆"
@@ -730,7 +730,7 @@ async def test_cli_prints_port_serves_log_and_reset(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.scripted_model",
+        "callgate.standins.scripted_model",
         "--port",
         "0",
         "--scenarios",
@@ -770,7 +770,7 @@ async def test_request_log_keeps_only_the_latest_requests(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A long-running server's log stays bounded; the newest requests are the ones kept."""
-    monkeypatch.setattr("services.scripted.server.LOG_LIMIT", 3)
+    monkeypatch.setattr("callgate.standins.scripted.server.LOG_LIMIT", 3)
     async with ScriptedModelServer(DEFAULT_SCENARIOS) as s:
         client = oai(s)
         try:

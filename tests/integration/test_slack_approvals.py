@@ -22,13 +22,13 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from services.fake_slack import FakeSlack
-from services.slack.bot import EVENTS_PATH, SlackBot
-from services.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
-from services.slack.settings import Approver, SlackSettings
-from shared.config import Settings
-from shared.envelopes import ApprovalDecision, decode
-from shared.keys import Keys
+from callgate.config import Settings
+from callgate.envelopes import ApprovalDecision, decode
+from callgate.keys import Keys
+from callgate.slack.bot import EVENTS_PATH, SlackBot
+from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
+from callgate.slack.settings import Approver, SlackSettings
+from callgate.standins.fake_slack import FakeSlack
 from tests import slack_clicks
 from tests.slack_clicks import button_value
 
@@ -273,7 +273,8 @@ async def _wait_for(predicate: Any, timeout_s: float = 8.0) -> None:
 async def test_bot_process_end_to_end_and_never_logs_its_secrets(
     settings: Settings, subprocess_env: dict[str, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
-    """`python -m services.slack_approvals --port 0`: notification → post → click → decision."""
+    """`python -m callgate.services.slack_approvals --port 0`: notification → post → click →
+    decision."""
     keys = Keys(settings.key_prefix, settings.partitions)
     env = dict(subprocess_env, CALLGATE_SLACK_API_URL=fake.url, CALLGATE_SLACK_BOT_TOKEN=TOKEN,
                CALLGATE_SLACK_SIGNING_SECRET=SECRET, CALLGATE_SLACK_CHANNEL=CHANNEL,
@@ -281,7 +282,7 @@ async def test_bot_process_end_to_end_and_never_logs_its_secrets(
                    {k: v.model_dump(mode="json") for k, v in APPROVERS.items()}).decode(),
                CALLGATE_LOG_LEVEL="DEBUG")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.slack_approvals", "--port", "0", cwd=ROOT, env=env,
+        sys.executable, "-m", "callgate.services.slack_approvals", "--port", "0", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
@@ -310,9 +311,9 @@ async def test_bot_process_end_to_end_and_never_logs_its_secrets(
 
 
 def test_fake_slack_runs_as_a_process() -> None:
-    """`python -m services.fake_slack` serves the Web API and lists recorded calls."""
+    """`python -m callgate.standins.fake_slack` serves the Web API and lists recorded calls."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.fake_slack", "--port", "0", "--token", TOKEN],
+        [sys.executable, "-m", "callgate.standins.fake_slack", "--port", "0", "--token", TOKEN],
         cwd=ROOT, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     try:

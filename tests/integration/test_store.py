@@ -8,16 +8,16 @@ import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from shared import envelopes
-from shared.config import Settings
-from shared.embedded_redis import free_port
-from shared.envelopes import ExecRequest, TurnRequest
-from shared.errors import ConflictError, NotFoundError, RedisUnavailableError, TransitionError
-from shared.keys import STREAM_KINDS, Keys
-from shared.records import CallRecord, RunRecord, error_result, ok_result
-from shared.redact import REDACTED
-from shared.states import CallState, RunState
-from shared.store import Ledger, Tx, TxRejectedError, runs_index
+from callgate import envelopes
+from callgate.config import Settings
+from callgate.envelopes import ExecRequest, TurnRequest
+from callgate.errors import ConflictError, NotFoundError, RedisUnavailableError, TransitionError
+from callgate.keys import STREAM_KINDS, Keys
+from callgate.ledger.store import Ledger, Tx, TxRejectedError, runs_index
+from callgate.ops.embedded_redis import free_port
+from callgate.records import CallRecord, RunRecord, error_result, ok_result
+from callgate.redact import REDACTED
+from callgate.states import CallState, RunState
 
 C, R = CallState, RunState
 

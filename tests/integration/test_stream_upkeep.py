@@ -7,10 +7,10 @@ import asyncio
 
 import redis.asyncio as aioredis
 
-from shared.config import Settings
-from shared.envelopes import TurnRequest, encode
-from shared.stream_redis import trim_settled
-from shared.streams import StreamWorker
+from callgate.config import Settings
+from callgate.envelopes import TurnRequest, encode
+from callgate.streams.commands import trim_settled
+from callgate.streams.worker import StreamWorker
 
 
 async def _fill(redis: aioredis.Redis, stream: str, count: int) -> list[bytes]:

@@ -19,13 +19,13 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from shared.config import Settings
-from shared.embedded_redis import EmbeddedRedis
-from shared.envelopes import Envelope, TurnRequest, encode
-from shared.keys import Keys
-from shared.store import Ledger
-from shared.streams import DeadLetter, Delivery, Handler, StreamWorker
-from shared.tx import Tx
+from callgate.config import Settings
+from callgate.envelopes import Envelope, TurnRequest, encode
+from callgate.keys import Keys
+from callgate.ledger.store import Ledger
+from callgate.ledger.tx import Tx
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.streams.worker import DeadLetter, Delivery, Handler, StreamWorker
 from tests.integration.stream_worker_proc import ledger_handler, stream_name, tkey
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.client import CallgateClient
-from shared.config import Settings
-from shared.supervisor import Supervisor
+from callgate.client import CallgateClient
+from callgate.config import Settings
+from callgate.ops.supervisor import Supervisor
 
 SLEEPER = "import time; print('ready', flush=True); time.sleep(120)"
 STUBBORN = (
@@ -114,7 +114,7 @@ def test_stop_all_stops_everything_within_the_grace(sup: Supervisor) -> None:
 def test_real_ingress_worker_comes_back_after_sigkill_and_serves(
     sup: Supervisor, settings: Settings, subprocess_env: dict[str, str]
 ) -> None:
-    argv = [sys.executable, "-m", "services.ingress"]
+    argv = [sys.executable, "-m", "callgate.services.ingress"]
     first = sup.start("ingress", argv, subprocess_env)
     sup.kill("ingress", signal.SIGKILL)
     sup.wait_restarted("ingress", first, timeout_s=5)

@@ -11,12 +11,12 @@ import aiohttp
 import orjson
 import pytest
 
-from services.demo.http import ServiceProcess, launch
-from services.demo.travel import TOOLS, TRAVEL_URL_SETTING, get_train_status, get_weather
-from shared.errors import ToolError
-from shared.tools import Identity, Tool, ToolContext
+from callgate.errors import ToolError
+from callgate.standins.demo.http import ServiceProcess, launch
+from callgate.standins.demo.travel import TOOLS, TRAVEL_URL_SETTING, get_train_status, get_weather
+from callgate.tools.contract import Identity, Tool, ToolContext
 
-MODULE = "services.demo.travel_service"
+MODULE = "callgate.standins.demo.travel_service"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.canonical import args_hash, canonical_bytes, canonical_json
+from callgate.tools.canonical import args_hash, canonical_bytes, canonical_json
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.envelopes import CallResult
-from shared.history_carry import HistoryCarry, Started
-from shared.records import CallRecord, RunRecord, ok_result
-from shared.states import CallState, RunState
+from callgate.envelopes import CallResult
+from callgate.loop.carry import HistoryCarry, Started
+from callgate.records import CallRecord, RunRecord, ok_result
+from callgate.states import CallState, RunState
 
 RUN = RunRecord(
     run_id="r", status=RunState.VALIDATING, api="openai-chat", model="m", input="hi", turn=1

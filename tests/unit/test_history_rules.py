@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from services.scripted import history, rules
-from services.scripted.common import arg_fragments
-from services.scripted.scenario import Scenario, build_turn, select_step, substitute
+from callgate.standins.scripted import history, rules
+from callgate.standins.scripted.common import arg_fragments
+from callgate.standins.scripted.scenario import Scenario, build_turn, select_step, substitute
 
 C_A, C_B = "call_LWVp74L5HaH2KNvgVz9PJsrj", "call_YnRAWeTyxI91m5uNa5bxXwVO"
 RESPONSES_OK: dict[str, Any] = {  # request-parallel-function-call-outputs.json
@@ -410,7 +410,7 @@ def test_one_char_fragments_never_split_a_character() -> None:
 
 
 def test_truncate_cuts_the_last_call_mid_arguments() -> None:
-    from services.scripted.scenario import Fault
+    from callgate.standins.scripted.scenario import Fault
 
     conv = history.from_responses({"input": "x"})
     turn = build_turn(SCENARIO.steps[0], conv, [Fault(type="truncate")], None)

@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.demo import travel
-from shared.canonical import args_hash
-from shared.errors import ToolError
-from shared.json_guard import duplicate_key, exceeds_depth
-from shared.policy import (
+from callgate.errors import ToolError
+from callgate.standins.demo import travel
+from callgate.tools.canonical import args_hash
+from callgate.tools.contract import Effect, Reconciliation, Tool, ToolContext, ToolRegistry
+from callgate.tools.json_guard import duplicate_key, exceeds_depth
+from callgate.tools.policy import (
     Decision,
     Identity,
     Limits,
@@ -25,7 +26,6 @@ from shared.policy import (
     decide,
     decide_batch,
 )
-from shared.tools import Effect, Reconciliation, Tool, ToolContext, ToolRegistry
 
 EXECUTED: list[str] = []
 """Every execute/reconcile of the test tools appends here; decisions must leave it empty."""

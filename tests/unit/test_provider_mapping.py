@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from shared.providers import anthropic_messages as anth
-from shared.providers import get_adapter
-from shared.providers import openai_chat as chat
-from shared.providers import openai_responses as resp
-from shared.providers.base import (
+from callgate.providers import anthropic_messages as anth
+from callgate.providers import get_adapter
+from callgate.providers import openai_chat as chat
+from callgate.providers import openai_responses as resp
+from callgate.providers.base import (
     TURN_EVENT,
     FinalAnswer,
     Incomplete,
@@ -24,8 +24,8 @@ from shared.providers.base import (
     TurnInput,
     event_to_json,
 )
-from shared.providers.common import join_fragments, retry_after_s, settle
-from shared.tools import ToolSpec
+from callgate.providers.common import join_fragments, retry_after_s, settle
+from callgate.tools.contract import ToolSpec
 from tests.provider_fixtures import FIXTURES
 
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from redis.crc import key_slot
 
-from shared.records import (
+from callgate.ledger.tx import Tx, slot_of
+from callgate.records import (
     RAW_ARGUMENTS_MAX_BYTES,
     CallRecord,
     Event,
@@ -20,7 +21,7 @@ from shared.records import (
     error_result,
     ok_result,
 )
-from shared.redact import (
+from callgate.redact import (
     _SECRET_VALUE,
     _SECRET_VALUE_STARTS,
     REDACTED,
@@ -28,8 +29,7 @@ from shared.redact import (
     scrub,
     sensitive_values,
 )
-from shared.states import CallState, RunState
-from shared.tx import Tx, slot_of
+from callgate.states import CallState, RunState
 
 
 def _as_redis(mapping: dict[str, str | bytes]) -> dict[bytes, bytes]:
@@ -52,7 +52,7 @@ def _full_run() -> RunRecord:
         usage_input_tokens=120,
         usage_output_tokens=45,
         identity={"user": "u1", "roles": ["agent"], "scope": {"account": 7}},
-        tool_modules=["services.demo.tools"],
+        tool_modules=["callgate.standins.demo.tools"],
         allowed_tools=["search", "book"],
         batch_policy="run_allowed",
         acceptance={"kind": "regex", "pattern": "^OK"},

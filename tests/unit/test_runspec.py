@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.runspec import RunSpec, RunSpecError, parse_spec, to_run_record, with_run_id
-from shared.states import RunState
+from callgate.runspec import RunSpec, RunSpecError, parse_spec, to_run_record, with_run_id
+from callgate.states import RunState
 
 
 def spec(**changes: Any) -> dict[str, Any]:
@@ -16,7 +16,7 @@ def spec(**changes: Any) -> dict[str, Any]:
         "model": "travel-demo",
         "input": "Is my train on time?",
         "identity": {"user": "alice"},
-        "tool_modules": ["services.demo.travel"],
+        "tool_modules": ["callgate.standins.demo.travel"],
     }
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
@@ -64,7 +64,7 @@ def test_unknown_api_is_rejected_with_the_choices() -> None:
 
 
 def test_tool_modules_must_be_dotted_names() -> None:
-    [problem] = problems(spec(tool_modules=["services.demo.travel", "../etc/passwd"]))
+    [problem] = problems(spec(tool_modules=["callgate.standins.demo.travel", "../etc/passwd"]))
     assert problem.startswith("tool_modules:") and "'../etc/passwd'" in problem
 
 

@@ -6,8 +6,9 @@ import sys
 
 PROBE = """
 import sys
-import services.executor, services.ingress, services.reconciler, services.validator
-from shared.providers import ADAPTERS, get_adapter
+import callgate.services.executor, callgate.services.ingress
+import callgate.services.reconciler, callgate.services.validator
+from callgate.providers import ADAPTERS, get_adapter
 histories = [get_adapter(api).initial_history("hi") for api in ADAPTERS]
 print(len(histories), sorted(m for m in ("openai", "anthropic") if m in sys.modules))
 """

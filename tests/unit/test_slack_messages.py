@@ -6,10 +6,10 @@ from typing import Any
 
 import orjson
 
-from services.slack.clicks import Click, authorize
-from services.slack.messages import ButtonValue, Notification, approval_blocks
-from services.slack.records import ApprovalView
-from services.slack.settings import Approver
+from callgate.slack.clicks import Click, authorize
+from callgate.slack.messages import ButtonValue, Notification, approval_blocks
+from callgate.slack.records import ApprovalView
+from callgate.slack.settings import Approver
 
 NOTE = Notification(
     type="approval_requested", run_id="r" * 128, approval_id="a" * 128, call_id="c" * 128,

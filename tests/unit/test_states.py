@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.errors import TransitionError
-from shared.states import (
+from callgate.errors import TransitionError
+from callgate.states import (
     CALL_TERMINAL,
     CALL_TRANSITIONS,
     RUN_PAUSED,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.demo import travel
-from shared.tools import (
+from callgate.standins.demo import travel
+from callgate.tools.contract import (
     REDACTED,
     Effect,
     Reconciliation,
@@ -136,7 +136,7 @@ def test_validate_is_strict_json_mode() -> None:
 
 
 def test_load_registry_and_specs() -> None:
-    registry = load_registry(["services.demo.travel"])
+    registry = load_registry(["callgate.standins.demo.travel"])
     assert registry.names() == ("get_train_status", "get_weather")
     specs = registry.specs(["get_weather", "get_train_status", "get_weather"])
     assert [s.name for s in specs] == ["get_weather", "get_train_status"]
@@ -148,21 +148,21 @@ def test_load_registry_and_specs() -> None:
 
 
 def test_duplicate_names_are_a_clear_error() -> None:
-    with pytest.raises(ValueError, match=r"duplicate tool name 'get_train_status'.*services"):
-        load_registry(["services.demo.travel", "services.demo.travel"])
+    with pytest.raises(ValueError, match=r"duplicate tool name 'get_train_status'.*standins"):
+        load_registry(["callgate.standins.demo.travel", "callgate.standins.demo.travel"])
     with pytest.raises(ValueError, match="duplicate"):
         ToolRegistry([_tool(), _tool()])
 
 
 def test_module_without_tools_list_is_rejected() -> None:
     with pytest.raises(ValueError, match="no TOOLS list"):
-        load_registry(["shared.canonical"])
+        load_registry(["callgate.tools.canonical"])
 
 
 async def test_context_setting_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     import aiohttp
 
-    from shared.tools import Identity
+    from callgate.tools.contract import Identity
 
     async with aiohttp.ClientSession() as session:
 

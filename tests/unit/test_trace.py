@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.records import Event
-from shared.trace import COLUMNS, render, rows, transition
+from callgate.ops.trace import COLUMNS, render, rows, transition
+from callgate.records import Event
 
 
 def event(t_ms: int, type_: str, **data: Any) -> Event:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from shared.turn_joins import TurnJoins
+from callgate.loop.joins import TurnJoins
 
 
 class Join:

@@ -5,19 +5,19 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from services.demo.workshop import (
+from callgate.standins.demo.workshop import (
     APPROVER_ROLE,
     TOOLS,
     ParticipantArgs,
     reserve_seat,
 )
-from shared.policy import Decision, Limits, decide
-from shared.tools import Effect, Identity, load_registry
+from callgate.tools.contract import Effect, Identity, load_registry
+from callgate.tools.policy import Decision, Limits, decide
 
 ALICE = Identity(user="alice")
 BOB = Identity(user="bob")
 LEAD = Identity(user="dana", roles=[APPROVER_ROLE])
-REGISTRY = load_registry(["services.demo.workshop"])
+REGISTRY = load_registry(["callgate.standins.demo.workshop"])
 ALLOWED = REGISTRY.names()
 
 

@@ -1,0 +1,60 @@
+"""Approval expiry as an arq deferred job (delayed work belongs to arq, DESIGN §2).
+
+The validator schedules ``expire_approval`` for each pending approval's expiry time; the
+ingress worker runs it, which posts an `ApprovalExpired` message onto the approvals stream so
+the validator applies expiry exactly like a decision.  The ingress sweep over the pending
+index is the backstop if a job is ever lost.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from arq import ArqRedis, create_pool
+
+from callgate.approvals.record import ApprovalRecord
+from callgate.config import Settings
+from callgate.jobs import job_deserializer, job_serializer, queue_name, redis_settings
+
+EXPIRE_APPROVAL = "expire_approval"
+log = logging.getLogger("callgate.expiry")
+
+
+class ApprovalExpiryScheduler:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pool: ArqRedis | None = None
+
+    async def _arq(self) -> ArqRedis:
+        if self._pool is None:
+            self._pool = await create_pool(
+                redis_settings(self.settings),
+                job_serializer=job_serializer,
+                job_deserializer=job_deserializer,
+                default_queue_name=queue_name(self.settings),
+            )
+        return self._pool
+
+    async def schedule(self, approval: ApprovalRecord) -> None:
+        """Best effort: a lost job is covered by the ingress sweep."""
+        when = dt.datetime.fromtimestamp(approval.expires_ms / 1000, tz=dt.UTC)
+        try:
+            pool = await self._arq()
+            await pool.enqueue_job(
+                EXPIRE_APPROVAL,
+                {
+                    "run_id": approval.run_id,
+                    "turn": approval.turn,
+                    "call_id": approval.call_id,
+                    "approval_id": approval.approval_id,
+                },
+                _job_id=f"expire:{approval.approval_id}",
+                _defer_until=when,
+            )
+        except Exception:
+            log.exception("could not schedule approval expiry; the sweep will expire it")
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()

@@ -1,0 +1,163 @@
+"""`AutoPipeline`: the Redis commands issued while the event loop is busy go as one pipeline.
+
+A worker runs many messages at once, and each handler awaits a few small commands (read the
+run, apply one Lua step).  Sent one by one, every command costs a syscall and a wake-up on
+both sides, and most of a worker's CPU goes there.  Here a request (one or several commands)
+is queued and its caller gets a future; the queue is flushed by a callback scheduled on the
+event loop, so every request made by the tasks that run before it rides in the same pipeline:
+one write, one round trip.  There is no linger timer, so a lone request waits for nothing.
+
+The hot commands (`WIRE_COMMANDS`: reading records and history, the Lua step) go over a
+connection of its own, written and parsed with hiredis directly (`callgate.ledger.wire`): the
+redis-py pipeline machinery around each command cost more CPU than Redis spends answering
+it.  A flush holding any other command, or a client that is not plain TCP (TLS, a Unix
+socket), takes redis-py's pipeline as before; replies are the same either way.
+
+What does not change: each command is still a separate command (no MULTI around a batch; a
+Lua step stays atomic on its own, and independent of its neighbours), and each caller gets
+its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
+connection fails every request of that flush, exactly as it would have failed each of them.
+Commands of one caller keep their order.  Blocking commands (XREADGROUP BLOCK, XREAD BLOCK)
+must not go through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+
+from callgate.ledger.wire import WIRE_COMMANDS, Wire, WireAddress, wire_address
+
+Command = tuple[Any, ...]
+"""``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
+
+Batch = list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
+T = TypeVar("T")
+
+
+class AutoPipeline:
+    """Coalesces the requests of one event loop iteration into one pipelined round trip."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._address: WireAddress | None = wire_address(redis)
+        self._wire: Wire | None = None
+        self._connecting: asyncio.Task[Wire] | None = None
+        self._queue: Batch = []
+        self._scheduled = False
+        self._flushing: set[asyncio.Task[None]] = set()
+        self.flushes = 0
+        """Round trips so far (for tests and metrics)."""
+
+    def send(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]]:
+        """Queue ``commands``; the future gets their replies, a Redis error in place of the
+        reply of a command that failed, or the exception that failed the whole flush."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._queue.append((commands, future))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    async def aclose(self) -> None:
+        """Close the hot-command connection (redis-py's pool is its client's to close)."""
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch, self._queue = self._queue, []
+        if not batch:
+            return
+        if self._address is not None and all(
+            command[0] in WIRE_COMMANDS for commands, _ in batch for command in commands
+        ):
+            wire = self._wire
+            if wire is not None and wire.usable():
+                self.flushes += 1
+                wire.send(batch)
+                return
+            self._spawn(self._send_after_connecting(batch))
+            return
+        self._spawn(self._execute(batch))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _send_after_connecting(self, batch: Batch) -> None:
+        wire = await _or_fail(batch, self._connected())
+        if wire is not None:
+            self.flushes += 1
+            wire.send(batch)
+
+    async def _connected(self) -> Wire:
+        """The hot-command connection, connecting it (once, for every flush waiting).
+
+        A flush that found no connection may run after the connection opened: it uses
+        that one, and never closes it with the other flushes' requests in flight."""
+        assert self._address is not None
+        if self._wire is not None and self._wire.usable():
+            return self._wire
+        if self._connecting is None or self._connecting.done():
+            if self._wire is not None:
+                self._wire.close()
+                self._wire = None
+            self._connecting = asyncio.create_task(self._connect(self._address))
+        return await asyncio.shield(self._connecting)
+
+    async def _connect(self, address: WireAddress) -> Wire:
+        wire = await Wire.connect(address)
+        self._wire = wire  # before any waiter resumes: a flush in between finds it
+        return wire
+
+    async def _execute(self, batch: Batch) -> None:
+        replies = await _or_fail(batch, self._pipelined(batch))
+        if replies is None:
+            return
+        self.flushes += 1
+        start = 0
+        for commands, future in batch:
+            end = start + len(commands)
+            if not future.done():  # else its caller was cancelled meanwhile
+                future.set_result(replies[start:end])
+            start = end
+
+    async def _pipelined(self, batch: Batch) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for commands, _ in batch:
+                for method, *args in commands:
+                    getattr(pipe, method)(*args)
+            return list(await pipe.execute(raise_on_error=False))
+
+
+async def _or_fail(batch: Batch, work: Awaitable[T]) -> T | None:
+    """``work``'s result; if it fails, every request of ``batch`` fails with its error (or is
+    cancelled with it) and None comes back."""
+    try:
+        return await work
+    except asyncio.CancelledError:
+        _cancel(batch)
+        raise
+    except Exception as exc:
+        _fail(batch, exc)
+        return None
+
+
+def _cancel(batch: Batch) -> None:
+    for _, future in batch:
+        future.cancel()
+
+
+def _fail(batch: Batch, exc: BaseException) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(exc)

@@ -1,0 +1,326 @@
+"""The guarded steps of the loop as Tx builders: pure, no I/O.
+
+Each helper *appends* to a `Tx` so a worker can combine several (a call transition, its event,
+the next hop's outbox message) into one atomic step.  Every state change is checked against
+the state machine here, before anything is sent, and becomes a compare-and-set guard plus the
+writes; every event payload goes through `redact`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from callgate import envelopes
+from callgate.config import Settings
+from callgate.keys import Keys
+from callgate.ledger.tx import Tx
+from callgate.records import CallRecord, RunRecord, encode_fields
+from callgate.redact import redact
+from callgate.states import CallState, RunState, check_call, check_run
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def runs_index(keys: Keys, partition: int) -> str:
+    """Sorted set of the partition's run ids by creation time, in the partition's slot."""
+    return f"{keys.tag(partition)}:runs"
+
+
+def expect_recorded(
+    tx: Tx, model: type[RunRecord] | type[CallRecord], key: str, values: dict[str, Any]
+) -> Tx:
+    """Guard ``tx`` on record ``key`` holding exactly ``values`` (absent where None), encoded
+    as ``model`` records them: a step that relies on what a message says was recorded checks
+    it in the same atomic step.  `ValueError` for a value the record could never hold."""
+    to_set, missing = encode_fields(model, values)
+    for name, encoded in to_set.items():
+        tx.expect(key, name, encoded.decode() if isinstance(encoded, bytes) else encoded)
+    for name in missing:
+        tx.expect_field_missing(key, name)
+    return tx
+
+
+def _shown(fields: dict[str, Any]) -> dict[str, Any]:
+    """What a call's event keeps of its fields: a result by its code only.  The record keeps
+    the result; its payload is whatever the tool's system returned, and the event log holds
+    result codes (DESIGN §3)."""
+    result = fields.get("result")
+    if result is None:
+        return fields
+    shown = {name: value for name, value in fields.items() if name != "result"}
+    shown["result_code"] = "ok" if result["status"] == "ok" else result["error"]["code"]
+    return shown
+
+
+def _states(states: Any) -> list[str]:
+    return [str(states)] if isinstance(states, str) else [str(s) for s in states]
+
+
+def _cas(
+    tx: Tx,
+    check: Callable[[str, str], None],
+    model: type[RunRecord] | type[CallRecord],
+    key: str,
+    state_field: str,
+    from_states: Any,
+    to_state: str,
+    fields: dict[str, Any] | None,
+    extra_guards: Sequence[tuple[str, str]] = (),
+    via: str | None = None,
+) -> list[str]:
+    """Append guard + update of one state change (through ``via``, if given); everything is
+    checked before ``tx`` grows."""
+    sources = _states(from_states)
+    if not sources:
+        raise ValueError("a transition needs at least one source state")
+    for source in sources:
+        if via is None:
+            check(source, to_state)
+        else:
+            check(source, via)
+    if via is not None:
+        check(via, to_state)
+    fields = fields or {}
+    if state_field in fields:
+        raise ValueError(f"{state_field!r} is set by the transition itself")
+    to_set, to_delete = encode_fields(model, {**fields, "updated_ms": now_ms()})
+    tx.expect(key, state_field, *sources)
+    for name, value in extra_guards:
+        tx.expect(key, name, value)
+    tx.hset(key, {state_field: str(to_state), **to_set})
+    if to_delete:
+        tx.hdel(key, *to_delete)
+    return sources
+
+
+class Steps:
+    """Tx builders bound to a key layout and settings; `Ledger` (`callgate.ledger.store`) adds
+    the I/O."""
+
+    def __init__(self, keys: Keys, settings: Settings) -> None:
+        self.keys = keys
+        self.settings = settings
+
+    def new_run(self, run: RunRecord, outbox: Iterable[tuple[str, Any]] = ()) -> Tx:
+        """The Tx that creates ``run`` once, indexes it and sends its first messages."""
+        stamp = now_ms()
+        if not run.created_ms:
+            run = run.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
+        key = self.keys.run(run.run_id)
+        tx = Tx().expect_missing(key).hset(key, run.to_hash())
+        index = runs_index(self.keys, self.keys.partition(run.run_id))
+        tx.zadd(index, {run.run_id: run.created_ms})
+        self.event(
+            tx,
+            run.run_id,
+            "run.created",
+            api=run.api,
+            model=run.model,
+            status=run.status.value,
+            tool_modules=run.tool_modules,
+        )
+        for stream, envelope in outbox:
+            self.outbox(tx, stream, envelope)
+        return tx
+
+    def run_transition(
+        self,
+        tx: Tx,
+        run_id: str,
+        from_states: RunState | Iterable[RunState],
+        to_state: RunState,
+        *,
+        expect_turn: int | None = None,
+        fields: dict[str, Any] | None = None,
+        shown: dict[str, Any] | None = None,
+    ) -> Tx:
+        """Append a CAS ``status ∈ from_states → to_state`` (+ fields, + event) to ``tx``.
+
+        Every pair is checked against the state machine first, so an illegal transition raises
+        `TransitionError` before anything is sent.  ``shown`` replaces values of ``fields`` in
+        the event only (a final text scrubbed of sensitive values it repeats).
+        """
+        guards = [] if expect_turn is None else [("turn", str(expect_turn))]
+        key = self.keys.run(run_id)
+        sources = _cas(
+            tx, check_run, RunRecord, key, "status", from_states, to_state, fields, guards
+        )
+        data: dict[str, Any] = {
+            "from": sources,
+            "to": str(to_state),
+            **(fields or {}),
+            **(shown or {}),
+        }
+        if expect_turn is not None:
+            data.setdefault("turn", expect_turn)
+        self.event(tx, run_id, "run.transition", **data)
+        return tx
+
+    def call_transition(
+        self,
+        tx: Tx,
+        run_id: str,
+        call_id: str,
+        from_states: CallState | Iterable[CallState],
+        to_state: CallState,
+        fields: dict[str, Any] | None = None,
+        *,
+        sensitive: Collection[str] = frozenset(),
+    ) -> Tx:
+        """Append a CAS ``state ∈ from_states → to_state`` (+ fields, + event) to ``tx``.
+
+        ``sensitive`` names argument fields the tool marks private; they never reach the event.
+        """
+        key = self.keys.call(run_id, call_id)
+        sources = _cas(tx, check_call, CallRecord, key, "state", from_states, to_state, fields)
+        data = {"call_id": call_id, "from": sources, "to": str(to_state), **_shown(fields or {})}
+        self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
+        return tx
+
+    def call_run_through(
+        self,
+        tx: Tx,
+        run_id: str,
+        call_id: str,
+        from_state: CallState,
+        to_state: CallState,
+        *,
+        attempts: int,
+        taken: dict[str, Any],
+        fields: dict[str, Any] | None = None,
+        sensitive: Collection[str] = frozenset(),
+    ) -> Tx:
+        """Append ``from_state → executing → to_state`` as one guarded step, both events kept.
+
+        For work that is safe to redo (a read): taking it durably first, in its own step,
+        would only say who is running it, and a crash redoes it either way.  The guard is
+        what a take checks (the state, and the attempt when re-taking an orphan).
+        """
+        key = self.keys.call(run_id, call_id)
+        extra = [("attempts", str(attempts))] if from_state == CallState.EXECUTING else []
+        [source] = _cas(
+            tx,
+            check_call,
+            CallRecord,
+            key,
+            "state",
+            [from_state],
+            to_state,
+            {**taken, **(fields or {})},
+            extra,
+            via=CallState.EXECUTING,
+        )
+        for frm, to, data in (
+            (source, CallState.EXECUTING, taken),
+            (CallState.EXECUTING, to_state, _shown(fields or {})),
+        ):
+            self.event(
+                tx,
+                run_id,
+                "call.transition",
+                sensitive=sensitive,
+                call_id=call_id,
+                **{"from": [frm], "to": str(to)},
+                **data,
+            )
+        return tx
+
+    def create_call(
+        self, tx: Tx, call: CallRecord, *, sensitive: Collection[str] = frozenset()
+    ) -> Tx:
+        """Append the create-once of a call record (state as given, normally ``requested``);
+        it fails, like a lost race, if the run already has a call with its provider call id."""
+        stamp = now_ms()
+        if not call.created_ms:
+            call = call.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
+        key = self.keys.call(call.run_id, call.call_id)
+        tx.expect_missing(key).hset(key, call.to_hash())
+        # Results pair by provider call id: one already used in this run is never reused.
+        provider_calls = self.keys.provider_calls(call.run_id)
+        tx.expect_field_missing(provider_calls, call.provider_call_id)
+        tx.hset(provider_calls, {call.provider_call_id: call.call_id})
+        return self.event(
+            tx,
+            call.run_id,
+            "call.created",
+            sensitive=sensitive,
+            call_id=call.call_id,
+            turn=call.turn,
+            index=call.index,
+            tool=call.tool,
+            tool_version=call.tool_version,
+            args_hash=call.args_hash,
+            state=call.state.value,
+        )
+
+    def set_turn_calls(self, tx: Tx, run_id: str, turn: int, call_ids: Sequence[str]) -> Tx:
+        """Record a turn's call ids in provider order, once."""
+        key = self.keys.turn_calls(run_id, turn)
+        return tx.expect_missing(key).rpush(key, *call_ids)
+
+    def append_history(self, tx: Tx, run_id: str, items: Iterable[dict[str, Any]]) -> Tx:
+        """Append provider-native items (one JSON per list element)."""
+        return tx.rpush(self.keys.history(run_id), *(orjson.dumps(item) for item in items))
+
+    def save_raw_response(self, tx: Tx, run_id: str, turn: int, raw: dict[str, Any]) -> Tx:
+        """Keep one turn's raw response; a turn saves it once."""
+        key = self.keys.raw_responses(run_id)
+        return tx.expect_field_missing(key, str(turn)).hset(key, {str(turn): orjson.dumps(raw)})
+
+    def event(
+        self,
+        tx: Tx,
+        run_id: str,
+        type: str,
+        *,
+        sensitive: Collection[str] = frozenset(),
+        **data: Any,
+    ) -> Tx:
+        """Append one redacted event to the run's event log (fields ``t``, ``type``, ``d``)."""
+        payload = orjson.dumps(redact(data, sensitive), default=str)
+        return tx.xadd(self.keys.events(run_id), {"t": now_ms(), "type": type, "d": payload})
+
+    def outbox(self, tx: Tx, stream: str, envelope: Any) -> Tx:
+        """Append the message a state change triggers, in the same atomic step (field ``d``)."""
+        return tx.xadd(stream, {"d": envelopes.encode(envelope)})
+
+    def finish_run_ttl(
+        self,
+        tx: Tx,
+        run_id: str,
+        call_ids: Iterable[str] = (),
+        turns: int | Iterable[int] = 0,
+        approval_ids: Iterable[str] = (),
+    ) -> Tx:
+        """Let every key of a finished run expire after ``settings.retention_s``.
+
+        ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
+        records expire only if their ids are passed: `Ledger.expire_finished` reads them.  The
+        run leaves the deadline index now (a finished run has no deadline left); its entry in
+        the runs index goes once its keys expired (`Ledger.prune_expired_runs`).
+        """
+        keys = self.keys
+        ttl = self.settings.retention_s
+        tx.zrem(keys.deadlines(keys.partition(run_id)), run_id)
+        turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
+        for key in (
+            keys.run(run_id),
+            keys.history(run_id),
+            keys.raw_responses(run_id),
+            keys.events(run_id),
+            keys.provider_calls(run_id),
+        ):
+            tx.expire(key, ttl)
+        for call_id in call_ids:
+            tx.expire(keys.call(run_id, call_id), ttl)
+        for turn in turn_list:
+            tx.expire(keys.turn_calls(run_id, turn), ttl)
+        for approval_id in approval_ids:
+            tx.expire(keys.approval(run_id, approval_id), ttl)
+        return tx

@@ -1,0 +1,259 @@
+"""`Tx`: a guarded batch of Redis writes that `apply.lua` runs all-or-nothing.
+
+A step of the loop is "if these fields still hold these values, write all of this", e.g. a call
+moves ``approved → executing`` and its event and outbox message are appended in the same
+atomic step.  `Tx` only *builds* that batch (pure, no I/O); `Ledger.apply`
+(`callgate.ledger.store`) sends it as one EVALSHA.  Every key of one Tx must hash to the same
+Redis Cluster slot, which the key builder guarantees for one run (`callgate.keys`); mixing slots
+raises at once, here, rather than as CROSSSLOT on a cluster in production.
+
+Encoding: KEYS = every key once; ARGV[1] = one JSON array of strings
+``[G, code, key_index, n, arg_1..arg_n, code, …]`` where the first G entries are guards.  One
+JSON argument rather than dozens of ARGV items because redis-py packs each argument in pure
+Python (about 7 µs each) while ``orjson.dumps`` and Redis's cjson handle the list in one call.
+The price is that values must be text: bytes are accepted only if they are UTF-8, which every
+value callgate stores is (orjson output, envelopes, ids).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+from redis.crc import key_slot
+
+from callgate.errors import CallgateError, ConflictError
+
+Value = str | bytes | int | float
+"""What may be stored: str as is, UTF-8 bytes as text, numbers in their decimal form."""
+
+_MAX_ARGS_PER_OP = 1000
+"""Lua's `unpack` has a small stack; larger writes are split into several ops of one kind."""
+_MAX_INCREMENT = 2**53
+"""Bounded so the script can prove, with doubles, that HINCRBY cannot overflow."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _tag_slot(tag: str) -> int:
+    return int(key_slot(tag.encode()))
+
+
+def slot_of(key: str) -> int:
+    """``key``'s cluster slot, as `redis.crc.key_slot` computes it, cached by hash tag: every
+    key of a run carries its partition's tag, and a step builds several."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return _tag_slot(key[start + 1 : end])
+    return int(key_slot(key.encode()))
+
+
+class TxRejectedError(CallgateError):
+    """The script refused an op before writing anything (e.g. the key has another type).
+
+    This is a programming or data error, not a lost race, so it is never retried.
+    """
+
+
+class Guard(NamedTuple):
+    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx`` or ``fnx``.
+
+    A tuple, not a frozen dataclass: a step builds a dozen, and a frozen dataclass sets
+    each field through ``object.__setattr__``."""
+
+    kind: str
+    key: str
+    field: str | None = None
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxResult:
+    """What one `Tx` did: all of it (``ok``) or nothing, because guard ``failed`` saw ``actual``."""
+
+    ok: bool
+    failed: Guard | None = None
+    actual: str | None = None
+    stream_ids: list[str] = field(default_factory=list)
+
+    def raise_on_conflict(self, what: str) -> TxResult:
+        """Turn a failed guard into `ConflictError` ("already taken"); return self if ok."""
+        if not self.ok:
+            raise ConflictError(what, self.actual)
+        return self
+
+
+def _arg(value: Value) -> str:
+    if type(value) is str:  # nearly every value: skip the checks below
+        return value
+    if isinstance(value, bool):
+        raise TypeError("booleans have no Redis form; store 0/1 or a string")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError as exc:
+            raise TypeError("a Tx stores text; these bytes are not UTF-8") from exc
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot store {value!r}")
+        return repr(value)
+    raise TypeError(f"cannot store {type(value).__name__}")
+
+
+class Tx:
+    """Builder of one guarded atomic batch; methods return ``self`` so calls can chain."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self._key_index: dict[str, int] = {}
+        self._slot: int | None = None
+        self.guards: list[Guard] = []
+        self._guard_args: list[str] = []
+        self._op_args: list[str] = []
+        self.ops = 0
+        self.xadds = 0
+        self.applied: bool | None = None
+        """Set when the script's reply is read (`result`): whether all of it was written."""
+
+    def _key(self, key: str) -> int:
+        index = self._key_index.get(key)
+        if index is None:
+            slot = slot_of(key)
+            if self._slot is None:
+                self._slot = slot
+            elif slot != self._slot:
+                raise ValueError(f"key {key!r} is in slot {slot}, this Tx is in slot {self._slot}")
+            self.keys.append(key)
+            index = self._key_index[key] = len(self.keys)
+        return index
+
+    @property
+    def slot(self) -> int | None:
+        """The one cluster slot every key of this Tx hashes to (None while empty)."""
+        return self._slot
+
+    def _guard(self, guard: Guard, args: list[str]) -> Tx:
+        index = self._key(guard.key)
+        self.guards.append(guard)
+        self._guard_args += [guard.kind, str(index), str(len(args)), *args]
+        return self
+
+    def _op(self, code: str, key: str, args: list[str], step: int = 1) -> Tx:
+        if not args:
+            raise ValueError(f"{code} on {key!r} with nothing to write")
+        index = str(self._key(key))
+        if len(args) <= _MAX_ARGS_PER_OP:
+            self._op_args += [code, index, str(len(args)), *args]
+            self.ops += 1
+            return self
+        chunk = _MAX_ARGS_PER_OP - _MAX_ARGS_PER_OP % step
+        for start in range(0, len(args), chunk):
+            part = args[start : start + chunk]
+            self._op_args += [code, index, str(len(part)), *part]
+            self.ops += 1
+        return self
+
+    # Guards: all are checked before anything is written.
+    def expect(self, key: str, field: str, *allowed: str) -> Tx:
+        """``HGET key field`` must be one of ``allowed`` (a missing field never matches)."""
+        if not allowed:
+            raise ValueError("expect() needs at least one allowed value")
+        return self._guard(Guard("in", key, field, tuple(allowed)), [field, *allowed])
+
+    def expect_missing(self, key: str) -> Tx:
+        """``key`` must not exist (create-once); on failure ``actual`` is its type."""
+        return self._guard(Guard("nx", key), [])
+
+    def expect_field_missing(self, key: str, field: str) -> Tx:
+        """``field`` must not be set in hash ``key``; on failure ``actual`` is its value."""
+        return self._guard(Guard("fnx", key, field), [field])
+
+    # Ops, applied in order once every guard holds.
+    def hset(self, key: str, mapping: Mapping[str, Value]) -> Tx:
+        flat: list[str] = []
+        for name, value in mapping.items():
+            flat += [name, _arg(value)]
+        return self._op("hset", key, flat, step=2)
+
+    def hdel(self, key: str, *fields: str) -> Tx:
+        return self._op("hdel", key, list(fields))
+
+    def hincrby(self, key: str, field: str, amount: int) -> Tx:
+        if isinstance(amount, bool) or not -_MAX_INCREMENT <= amount <= _MAX_INCREMENT:
+            raise ValueError(f"increment {amount!r} out of range")
+        return self._op("hincrby", key, [field, str(amount)])
+
+    def rpush(self, key: str, *values: Value) -> Tx:
+        return self._op("rpush", key, [_arg(v) for v in values])
+
+    def xadd(self, stream: str, fields: Mapping[str, Value]) -> Tx:
+        """Append one entry (id ``*``); its id is returned in `TxResult.stream_ids`."""
+        flat: list[str] = []
+        for name, value in fields.items():
+            flat += [name, _arg(value)]
+        if len(flat) > _MAX_ARGS_PER_OP:
+            raise ValueError("a stream entry of more than 500 fields")
+        self.xadds += 1
+        return self._op("xadd", stream, flat, step=2)
+
+    def xack(self, stream: str, group: str, *message_ids: str) -> Tx:
+        """Settle delivered entries in the same step as the writes they caused."""
+        return self._op("xack", stream, [group, *message_ids])
+
+    def expire(self, key: str, seconds: int) -> Tx:
+        if isinstance(seconds, bool) or seconds < 1:
+            raise ValueError(f"expire needs a positive number of seconds, not {seconds!r}")
+        return self._op("expire", key, [str(seconds)])
+
+    def sadd(self, key: str, *members: Value) -> Tx:
+        return self._op("sadd", key, [_arg(m) for m in members])
+
+    def zadd(self, key: str, mapping: Mapping[str, float]) -> Tx:
+        flat: list[str] = []
+        for member, score in mapping.items():
+            flat += [_arg(float(score)), member]
+        return self._op("zadd", key, flat, step=2)
+
+    def zrem(self, key: str, *members: Value) -> Tx:
+        return self._op("zrem", key, [_arg(m) for m in members])
+
+    def encode(self) -> tuple[list[str], list[str]]:
+        """KEYS and the flat entry list (what `payload` sends as JSON), for inspection."""
+        return self.keys, [str(len(self.guards)), *self._guard_args, *self._op_args]
+
+    def payload(self) -> bytes:
+        """ARGV[1] for `apply.lua`."""
+        return orjson.dumps([str(len(self.guards)), *self._guard_args, *self._op_args])
+
+    def result(self, reply: Any) -> TxResult:
+        """Read the script's reply for this Tx."""
+        if not isinstance(reply, list) or not reply:
+            raise TxRejectedError(f"unexpected script reply {reply!r:.200}")
+        self.applied = reply[0] == 1
+        if reply[0] == 1:
+            ids = reply[1]
+            assert isinstance(ids, list)
+            return TxResult(ok=True, stream_ids=[_text(i) for i in ids])
+        index = reply[1]
+        assert isinstance(index, int)
+        actual = reply[2] if len(reply) > 2 else None
+        return TxResult(
+            ok=False,
+            failed=self.guards[index - 1],
+            actual=None if actual is None else _text(actual),
+        )
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)

@@ -1,0 +1,60 @@
+"""Scenario 2: tool calls per second with many runs at once, beside the batched floor.
+
+``runs`` concurrent runs × 5 turns × 2 parallel reads per turn (bench-parallel.json), with
+the in-process provider, every worker kind and Redis sharing this machine.  Timed from the
+first submission (through arq and the ingress worker, as a user submits) to the last run's
+final state write (its ``updated_ms``).  The CPU every process spent per tool call meanwhile
+(workers, Redis, this process) says where the time goes, and is steadier than calls/s on a
+machine others share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from callgate.ops.bench.floor import FloorRelay
+from callgate.ops.bench.harness import Deployment, cpu_seconds, run_spec
+from callgate.ops.stack import Progress
+
+SCENARIO = "bench-parallel"
+WARM_UP = "bench-three-turns"
+TURNS, CALLS_PER_TURN = 5, 2
+"""bench-parallel.json: five tool turns of two parallel reads each, then the answer."""
+TIMEOUT_S = 600.0
+
+
+async def pipeline(
+    deployment: Deployment, api: str, runs: int
+) -> tuple[int, float, dict[str, float]]:
+    """(tool calls, seconds, CPU ms per call by process) for ``runs`` concurrent runs, after
+    one warm-up run."""
+    await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
+    before = await cpu_seconds(deployment)
+    records, started = await deployment.run_batch(run_spec(api, SCENARIO), runs, TIMEOUT_S)
+    after = await cpu_seconds(deployment)
+    finished = max(r.updated_ms for r in records) / 1000
+    calls = runs * TURNS * CALLS_PER_TURN
+    cpu = {name: (after[name] - before[name]) * 1000 / calls for name in before if name in after}
+    return calls, finished - started, cpu
+
+
+async def measure(
+    deployment: Deployment, api: str, runs: int, floor: FloorRelay, progress: Progress
+) -> dict[str, Any]:
+    """Floor, pipeline, floor: the best floor rate counts (the floor is a bound)."""
+    floor_rates = [_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN))]
+    progress(f"throughput: {runs} runs x {TURNS} turns x {CALLS_PER_TURN} calls")
+    calls, seconds, cpu = await pipeline(deployment, api, runs)
+    floor_rates.append(_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN)))
+    return {
+        "calls": calls,
+        "seconds": seconds,
+        "calls_per_s": _rate(calls, seconds),
+        "floor_calls_per_s": max(floor_rates),
+        "cpu_ms_per_call": sum(cpu.values()),
+        "cpu_ms_per_call_by_process": cpu,
+    }
+
+
+def _rate(calls: int, seconds: float) -> float:
+    return calls / seconds if seconds > 0 else 0.0

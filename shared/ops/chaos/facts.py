@@ -1,0 +1,140 @@
+"""The facts a session's invariants are checked against, collected from the authoritative
+sides once the runs have settled (I/O only; the checks are `callgate.ops.chaos.invariants`).
+
+* the ledger: every run record, every call record, every call's transitions in the event log;
+* the booking service (the system of record for writes): requests and reservations created
+  per operation id;
+* the scripted model server: what the model actually received — for each run, the tool
+  results in its most advanced request, by provider call id, read with the server's own
+  conversation parser (`callgate.standins.scripted.history`), as the session always runs against it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import redis.asyncio as aioredis
+
+from callgate.keys import Keys
+from callgate.ledger.store import Ledger
+from callgate.ops.chaos.workload import PlannedRun
+from callgate.records import CallRecord, RunRecord
+from callgate.standins.scripted.history import (
+    Conversation,
+    from_anthropic,
+    from_chat,
+    from_responses,
+)
+from callgate.states import CALL_TERMINAL, CallState
+
+_PARSERS = {
+    "/v1/responses": from_responses,
+    "/v1/chat/completions": from_chat,
+    "/v1/messages": from_anthropic,
+}
+_MARKER = re.compile(r"\[chaos ([A-Za-z0-9_.:-]+)\]")
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    plan: PlannedRun
+    run: RunRecord | None
+    calls: tuple[CallRecord, ...]
+    outcomes_recorded: Mapping[str, int]
+    """Call id → how many events moved it into a terminal state (exactly one is right)."""
+    received: Mapping[str, tuple[str, ...]]
+    """Provider call id → the result contents the model received for it (latest request)."""
+    turns_received: int
+    """Assistant turns in that request: the calls of turns up to this must all be answered."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    runs: tuple[RunFacts, ...]
+    reserve_requests: Mapping[str, int]
+    """Booking service: POST /reservations received, per operation id."""
+    reservations: Mapping[str, int]
+    """Booking service: reservations created, per operation id."""
+    dead_letters: int
+    model_requests: int
+    model_drops: int
+
+
+def expired_calls(facts: Facts) -> int:
+    """Calls whose approval nobody decided in time."""
+    return sum(call.state == CallState.EXPIRED for r in facts.runs for call in r.calls)
+
+
+async def http_json(method: str, url: str, body: Any = None) -> Any:
+    async with aiohttp.ClientSession() as http, http.request(method, url, json=body) as reply:
+        reply.raise_for_status()
+        return await reply.json()
+
+
+def latest_conversations(log: Sequence[Mapping[str, Any]]) -> dict[str, Conversation]:
+    """Per run (by the marker in its input), the most advanced request the model received."""
+    best: dict[str, Conversation] = {}
+    for entry in log:
+        parse = _PARSERS.get(str(entry.get("path")))
+        body = entry.get("body")
+        if parse is None or not isinstance(body, dict):
+            continue
+        conv = parse(body)
+        found = _MARKER.search(conv.last_user_text)
+        if found is None:
+            continue
+        run_id = found.group(1)
+        if run_id not in best or conv.assistant_turns >= best[run_id].assistant_turns:
+            best[run_id] = conv
+    return best
+
+
+def terminal_transitions(events: Sequence[Any]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for event in events:
+        if event.type == "call.transition" and event.data.get("to") in CALL_TERMINAL:
+            counts[str(event.data.get("call_id"))] += 1
+    return dict(counts)
+
+
+async def run_facts(ledger: Ledger, plan: PlannedRun, conv: Conversation | None) -> RunFacts:
+    run = await ledger.get_run(plan.run_id)
+    calls: list[CallRecord] = []
+    outcomes: dict[str, int] = {}
+    if run is not None:
+        calls = await ledger.run_calls(run.run_id, run.turn)
+        outcomes = terminal_transitions(await ledger.events(run.run_id))
+    received: dict[str, tuple[str, ...]] = {}
+    for result in conv.results if conv is not None else ():
+        received[result.call_id] = (*received.get(result.call_id, ()), result.content)
+    turns = conv.assistant_turns if conv is not None else 0
+    return RunFacts(plan, run, tuple(calls), outcomes, received, turns)
+
+
+async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:
+    return sum([int(await redis.xlen(keys.dead_letter(p))) for p in range(keys.partitions)])
+
+
+async def collect(
+    ledger: Ledger, plans: Sequence[PlannedRun], booking_url: str | None, model_url: str
+) -> Facts:
+    log: list[dict[str, Any]] = await http_json("GET", f"{model_url}/_log")
+    conversations = latest_conversations(log)
+    runs = [await run_facts(ledger, p, conversations.get(p.run_id)) for p in plans]
+    reserve: dict[str, Any] = {}
+    if booking_url is not None:
+        reserve = (await http_json("GET", f"{booking_url}/_stats"))["reserve"]
+    return Facts(
+        runs=tuple(runs),
+        reserve_requests=reserve.get("requests_by_operation", {}),
+        reservations=reserve.get("created_by_operation", {}),
+        dead_letters=await dead_letter_count(ledger.redis, ledger.keys),
+        model_requests=len(log),
+        model_drops=sum(1 for e in log if e.get("dropped")),
+    )
+

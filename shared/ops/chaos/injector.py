@@ -1,0 +1,153 @@
+"""Faults at random moments: SIGKILL a worker process of every kind in turn, restart Redis once.
+
+The supervisor restarts whatever dies; each kill is tracked (`callgate.ops.chaos.recovery`) until
+everything the dead process held has a durable outcome.  The kind killed next, the replica
+order and the gap until the next kill come from one generator seeded by the session's seed.
+A process is mostly idle between messages, so a kill waits up to `BUSY_WAIT_S` for a replica
+that holds work (in-flight messages, or an arq job) and kills that one, else an idle one:
+a kill that lands on nothing tests a restart, not a recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+
+from callgate.config import Settings
+from callgate.ops.chaos.common import REDIS_AWAY, pause
+from callgate.ops.chaos.recovery import Kill, held_by, track
+from callgate.ops.system import LocalSystem
+
+DEATH_WAIT_S = 5.0
+BUSY_WAIT_S = 1.0
+"""How long a kill waits for a replica to hold work before it hits an idle one."""
+BUSY_POLL_S = 0.02
+REDIS_DOWN_S = 1.0
+RECOVERY_LIMIT_S = 180.0
+"""A kill whose work is not settled by then counts as unrecovered."""
+
+
+@dataclass
+class Faults:
+    """Everything the injector did."""
+
+    kills: list[Kill] = field(default_factory=list)
+    redis_restarts: int = 0
+    redis_down_s: float = 0.0
+    trackers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def kills_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for kill in self.kills:
+            counts[kill.kind] = counts.get(kill.kind, 0) + 1
+        return counts
+
+
+class Injector:
+    def __init__(
+        self,
+        system: LocalSystem,
+        redis: aioredis.Redis,
+        seed: int,
+        *,
+        kill_every_s: float,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.system = system
+        self.redis = redis
+        self.settings: Settings = system.settings
+        self.rng = random.Random(f"chaos-faults-{seed}")
+        self.kill_every_s = kill_every_s
+        self.progress = progress
+        self.faults = Faults()
+        self._order: list[str] = []
+
+    def _next_kind(self) -> str:
+        """Kinds in a fresh shuffled order each round, so every kind is killed as often."""
+        if not self._order:
+            self._order = sorted(k for k, names in self.system.workers.items() if names)
+            self.rng.shuffle(self._order)
+        return self._order.pop()
+
+    def _unrecovered(self, kind: str) -> frozenset[str]:
+        """Work earlier kills of ``kind`` held that is not settled yet."""
+        return frozenset(
+            h for k in self.faults.kills if k.kind == kind and k.recovery_s is None for h in k.held
+        )
+
+    async def _victim(self, kind: str, earlier: frozenset[str]) -> tuple[str, int] | None:
+        """A replica of ``kind`` to kill: the first seen holding work within `BUSY_WAIT_S`
+        (recovery is measured on those), else a random one; None if every one is down."""
+        names = list(self.system.workers[kind])
+        self.rng.shuffle(names)
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            pids = self.system.supervisor.pids()
+            up = [(name, pids[name]) for name in names if name in pids]
+            if not up:
+                return None
+            for name, pid in up:
+                with contextlib.suppress(*REDIS_AWAY):
+                    if set(await held_by(self.redis, self.settings, kind, pid)) - earlier:
+                        return name, pid
+            if time.monotonic() >= deadline:
+                return up[0]
+            await asyncio.sleep(BUSY_POLL_S)
+
+    async def kill_one(self) -> Kill | None:
+        """SIGKILL one replica of the next kind; None if all were down (restarting)."""
+        kind = self._next_kind()
+        earlier = self._unrecovered(kind)
+        victim = await self._victim(kind, earlier)
+        if victim is None:
+            return None
+        name, pid = victim
+        supervisor = self.system.supervisor
+        supervisor.kill(name)
+        kill = Kill(kind, name, pid, time.monotonic())
+        deadline = time.monotonic() + DEATH_WAIT_S
+        while supervisor.pids().get(name) == pid and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.faults.kills.append(kill)
+        task = asyncio.create_task(
+            track(self.redis, self.settings, kill, RECOVERY_LIMIT_S, earlier)
+        )
+        self.faults.trackers.append(task)
+        return kill
+
+    async def kill_until(self, stop: asyncio.Event) -> None:
+        """Kill at random intervals until ``stop`` is set and every kind was killed once."""
+        kinds = {k for k, names in self.system.workers.items() if names}
+        while True:
+            gap = self.kill_every_s * self.rng.uniform(0.5, 1.5)
+            if stop.is_set():
+                if kinds <= set(self.faults.kills_by_kind()):
+                    return
+                await asyncio.sleep(gap)
+            elif await pause(stop, gap) and kinds <= set(self.faults.kills_by_kind()):
+                return
+            await self.kill_one()
+
+    async def restart_redis(self) -> None:
+        """Stop Redis, leave it down `REDIS_DOWN_S` (as a real restart replaying its AOF
+        would), start it again on the same port (AOF on: nothing is lost)."""
+        server = self.system.redis
+        if server is None:
+            raise RuntimeError("the chaos session needs its own Redis to restart it")
+        self.progress("restarting Redis")
+        started = time.monotonic()
+        await asyncio.to_thread(server.stop)
+        await asyncio.sleep(REDIS_DOWN_S)
+        await asyncio.to_thread(server.start)
+        self.faults.redis_down_s = round(time.monotonic() - started, 3)
+        self.faults.redis_restarts += 1
+        self.progress(f"Redis back after {self.faults.redis_down_s:.1f}s")
+
+    async def settle_trackers(self) -> None:
+        await asyncio.gather(*self.faults.trackers, return_exceptions=True)

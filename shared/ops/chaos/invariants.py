@@ -1,0 +1,163 @@
+"""The invariants of a chaos session, as pure functions over `callgate.ops.chaos.facts.Facts`.
+
+Each check returns the offending items (empty = the invariant holds), so a failure names
+what broke.  Required values: every list empty.
+
+* lost run — its record vanished, or it never reached an end: a terminal state, or a pause
+  only a human can clear (unknown outcome, incomplete response).  A run still waiting for an
+  approval at the end counts as lost: the simulated approver decides every approval;
+* duplicate write — a write (``effect: write``) whose operation id reached the booking
+  service more than once, or any write or idempotent write with more than one reservation;
+* unrequested effect — a reservation under an operation id no call of the session carries;
+* write outcome mismatch — the ledger and the booking service disagree: a call recorded as
+  succeeded without exactly one reservation, one recorded as failed/denied/rejected with one;
+  or a denied, rejected or expired call that reached the service at all;
+* call without exactly one result — a terminal call without a stored result, or moved into a
+  terminal state by more (or fewer) than one event; a completed run with a call not terminal;
+  a call the model was due an answer for that got none, or more than one;
+* mispaired result — the model received, under a call's provider id, something other than
+  that call's recorded result, or a result under an id no call of the run has.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+
+from callgate.ops.chaos.facts import Facts, RunFacts
+from callgate.records import CallRecord
+from callgate.states import CALL_TERMINAL, RUN_TERMINAL, CallState, RunState
+
+SETTLED = RUN_TERMINAL | {RunState.PAUSED_UNKNOWN_OUTCOME, RunState.PAUSED_INCOMPLETE}
+"""Where a run may rest at the end of a session (nobody will act on it any more)."""
+NEVER_RAN = frozenset({CallState.DENIED, CallState.REJECTED, CallState.EXPIRED})
+
+
+def settled(status: str | None) -> bool:
+    return status in SETTLED
+
+
+def lost_runs(facts: Facts) -> list[str]:
+    return [
+        f"{r.plan.run_id}: {'no record' if r.run is None else r.run.status.value}"
+        for r in facts.runs
+        if r.run is None or not settled(r.run.status)
+    ]
+
+
+def _writes(facts: Facts) -> Iterator[tuple[RunFacts, CallRecord]]:
+    for r in facts.runs:
+        for call in r.calls:
+            if call.effect in ("write", "idempotent_write") and call.operation_id:
+                yield r, call
+
+
+def duplicate_writes(facts: Facts) -> list[str]:
+    found = []
+    for r, call in _writes(facts):
+        op = call.operation_id or ""
+        requests, created = facts.reserve_requests.get(op, 0), facts.reservations.get(op, 0)
+        if created > 1 or (call.effect == "write" and requests > 1):
+            found.append(f"{r.plan.run_id}/{call.call_id} {op}: {requests} requests, {created}")
+    return found
+
+
+def unrequested_effects(facts: Facts) -> list[str]:
+    known = {call.operation_id for _, call in _writes(facts)}
+    return [op for op, n in facts.reservations.items() if n and op not in known]
+
+
+def write_outcome_mismatches(facts: Facts) -> list[str]:
+    found = []
+    for r, call in _writes(facts):
+        op = call.operation_id or ""
+        requests, created = facts.reserve_requests.get(op, 0), facts.reservations.get(op, 0)
+        wrong = (
+            (call.state == CallState.SUCCEEDED and created != 1)
+            or (call.state in CALL_TERMINAL - {CallState.SUCCEEDED} and created != 0)
+            or (call.state in NEVER_RAN and requests != 0)
+        )
+        if wrong:
+            found.append(f"{r.plan.run_id}/{call.call_id} {call.state.value}: {created} created")
+    return found
+
+
+def reservations_per_approved_call(facts: Facts) -> dict[str, int]:
+    """How many reservations each approved write has (1; 0 when recorded as not applied)."""
+    counts: Counter[str] = Counter()
+    for _, call in _writes(facts):
+        if call.approval_id and call.state in (CallState.SUCCEEDED, CallState.FAILED):
+            counts[str(facts.reservations.get(call.operation_id or "", 0))] += 1
+    return dict(sorted(counts.items()))
+
+
+def _due(r: RunFacts) -> list[CallRecord]:
+    """The calls whose results the model's latest request had to carry."""
+    return [c for c in r.calls if c.turn <= r.turns_received]
+
+
+def calls_without_one_result(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        completed = r.run is not None and r.run.status == RunState.COMPLETED
+        for call in r.calls:
+            where = f"{r.plan.run_id}/{call.call_id}"
+            if call.state in CALL_TERMINAL and call.result is None:
+                found.append(f"{where}: {call.state.value} without a result")
+            elif call.state in CALL_TERMINAL and r.outcomes_recorded.get(call.call_id) != 1:
+                found.append(f"{where}: {r.outcomes_recorded.get(call.call_id, 0)} outcomes")
+            elif completed and call.state not in CALL_TERMINAL:
+                found.append(f"{where}: {call.state.value} in a completed run")
+        for call in _due(r):
+            got = len(r.received.get(call.provider_call_id, ()))
+            if got != 1:
+                found.append(f"{r.plan.run_id}/{call.call_id}: the model got {got} results")
+    return found
+
+
+def told(result: dict[str, Any]) -> Any:
+    """What the model must be told for a recorded result: its payload or the error."""
+    return result["payload"] if result["status"] == "ok" else {"error": result["error"]}
+
+
+def same_result(content: str, result: dict[str, Any] | None) -> bool:
+    if result is None:
+        return False
+    expected = told(result)
+    if isinstance(expected, str):
+        return content == expected
+    try:
+        return bool(orjson.loads(content) == expected)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def mispaired_results(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        ids = {c.provider_call_id for c in r.calls}
+        found += [f"{r.plan.run_id}: result for unknown id {i}" for i in r.received if i not in ids]
+        for call in _due(r):
+            contents = r.received.get(call.provider_call_id, ())
+            if len(contents) == 1 and not same_result(contents[0], call.result):
+                found.append(f"{r.plan.run_id}/{call.call_id}: the model got another result")
+    return found
+
+
+CHECKS: dict[str, Callable[[Facts], list[str]]] = {
+    "lost_runs": lost_runs,
+    "duplicate_writes": duplicate_writes,
+    "unrequested_effects": unrequested_effects,
+    "write_outcome_mismatches": write_outcome_mismatches,
+    "calls_without_one_result": calls_without_one_result,
+    "mispaired_results": mispaired_results,
+}
+"""Every invariant by name; each must find nothing."""
+
+
+def check_all(facts: Facts) -> dict[str, list[str]]:
+    """Every invariant by name → what violates it (all empty when the session is sound)."""
+    return {name: check(facts) for name, check in CHECKS.items()}

@@ -1,0 +1,122 @@
+"""`callgate chaos --runs N --seed S`: the whole system under random real faults.
+
+While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs worker processes
+of every kind at random moments and restarts Redis once; the booking service commits and then
+drops the answer for a share of reservations; the scripted model drops some streams
+mid-response.  The approver decides the approvals, except those a run's plan leaves to
+expire.  Kills go on until every run has settled (or for at most `KILL_TAIL_S` after the
+last submission, and until every kind was killed once); then every run must settle, and the
+invariants are checked (`invariants`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from callgate.ops.chaos.facts import expired_calls
+from callgate.ops.chaos.injector import Injector
+from callgate.ops.chaos.report import figures
+from callgate.ops.chaos.session import Progress, Session, system_spec
+from callgate.ops.chaos.workload import plan_runs
+from callgate.ops.system import LocalSystem
+
+TRAVEL_LATENCY_S = 0.3
+"""The travel reads take this long, like real services, so kills find calls in flight."""
+KILL_TAIL_S = 10.0
+"""Kills go on until every run settled, at most this long after the last submission."""
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    runs: int = 200
+    seed: int = 1
+    rate: float = 10.0
+    """Runs submitted per second."""
+    kill_every_s: float = 0.75
+    """Mean time between SIGKILLs."""
+    replicas: int = 2
+    """Replicas of model_turn, validator and executor (ingress and reconciler: one each)."""
+    booking_drop: float = 0.1
+    """Share of reservations the booking service commits and then drops the answer of."""
+    redis_restart: bool = True
+    settle_timeout_s: float = 300.0
+
+
+def replicas(options: ChaosOptions) -> dict[str, int]:
+    many = max(1, options.replicas)
+    return {"ingress": 1, "model_turn": many, "validator": many, "executor": many,
+            "reconciler": 1}  # fmt: skip
+
+
+async def _submit_all(session: Session, injector: Injector, options: ChaosOptions) -> None:
+    """Submit at the planned rate; restart Redis (in the background) halfway through."""
+    restart: asyncio.Task[None] | None = None
+    for i, plan in enumerate(session.plans):
+        if options.redis_restart and i == len(session.plans) // 2:
+            restart = asyncio.create_task(injector.restart_redis())
+        await session.submit(plan)
+        if i % 50 == 49:
+            session.progress(f"submitted {i + 1}/{len(session.plans)}")
+        await asyncio.sleep(1 / options.rate)
+    if restart is not None:
+        await restart
+
+
+async def _under_faults(session: Session, injector: Injector, options: ChaosOptions) -> None:
+    """Submit everything while killing; then stop the kills and let every run settle."""
+    run_ids = [p.run_id for p in session.plans]
+    reserve_fault = {"mode": "commit_then_drop", "probability": options.booking_drop,
+                     "seed": options.seed}  # fmt: skip
+    await session.booking_faults({"reserve": reserve_fault})
+    await session.travel_latency(TRAVEL_LATENCY_S)
+    approver = asyncio.create_task(session.approver.run())
+    stop_kills = asyncio.Event()
+    killing = asyncio.create_task(injector.kill_until(stop_kills))
+    await _submit_all(session, injector, options)
+    await session.wait_settled(run_ids, KILL_TAIL_S)
+    stop_kills.set()
+    await killing
+    session.progress(f"faults over ({len(injector.faults.kills)} kills); waiting for every run")
+    await session.wait_settled(run_ids, options.settle_timeout_s)
+    session.approver.stop()
+    await approver
+    await injector.settle_trackers()
+
+
+async def chaos_session(
+    system: LocalSystem, options: ChaosOptions, progress: Progress
+) -> dict[str, Any]:
+    """One random-fault session on a started system; its figures."""
+    started = time.monotonic()
+    session = Session(system, plan_runs(options.runs, options.seed), progress)
+    injector = Injector(system, session.redis, options.seed, kill_every_s=options.kill_every_s,
+                        progress=progress)  # fmt: skip
+    try:
+        await session.wait_ready()
+        await _under_faults(session, injector, options)
+        facts = await session.facts()
+    finally:
+        await session.close()
+    extra = {
+        "seed": options.seed,
+        "redis_restarts": injector.faults.redis_restarts,
+        "redis_down_s": injector.faults.redis_down_s,
+        "approvals": {"approved": session.approver.stats.approved,
+                      "denied": session.approver.stats.denied,
+                      "expired": expired_calls(facts)},
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }  # fmt: skip
+    return figures(facts, injector.faults.kills, extra)
+
+
+def run_chaos(options: ChaosOptions, progress: Progress) -> dict[str, Any]:
+    """Start the system, run the session, stop everything; the figures."""
+    system = LocalSystem(system_spec(replicas(options)), progress=progress)
+    try:
+        system.start()
+        return asyncio.run(chaos_session(system, options, progress))
+    finally:
+        system.stop()

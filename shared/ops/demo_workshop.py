@@ -1,0 +1,79 @@
+"""The human side of `callgate demo workshop`: decide the pending approval, report the booking.
+
+alice asks for a seat at ws-101; `reserve_seat` needs the approval of an ``events-lead``.  The
+demo asks in the terminal (approve or deny, and as whom), or decides as ``--approve-as USER``
+without asking.  Either way the decision goes through the same approvals stream and the same
+validator checks as a Slack click or `callgate approve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import urllib.request
+from collections.abc import Awaitable, Callable
+
+from callgate.approvals.desk import DecisionKind
+from callgate.approvals.record import ApprovalRecord
+from callgate.client import CallgateClient
+from callgate.ops.approvals_cli import decide, describe, desk
+from callgate.ops.stack import Progress
+
+WORKSHOP_INPUT = "Please book me (participant p-alice) a seat at workshop ws-101."
+DEFAULT_APPROVERS = '{"carol": ["events-lead"]}'
+VERDICT_TIMEOUT_S = 15.0
+
+Ask = Callable[[ApprovalRecord], Awaitable[tuple[DecisionKind, str, str | None]]]
+
+
+def workshop_env() -> dict[str, str]:
+    """carol holds events-lead unless the user configured approvers themselves."""
+    return {"CALLGATE_APPROVERS": os.environ.get("CALLGATE_APPROVERS", DEFAULT_APPROVERS)}
+
+
+async def ask_in_terminal(record: ApprovalRecord) -> tuple[DecisionKind, str, str | None]:
+    """Show the pending call and ask: approve or deny, and as whom."""
+    if not sys.stdin.isatty():
+        raise EOFError("no terminal to ask for the approval: pass --approve-as USER")
+    print(describe(record), file=sys.stderr)
+    answer = await asyncio.to_thread(input, "Approve this call? [y/N] ")
+    decision: DecisionKind = "approve" if answer.strip().lower() in {"y", "yes"} else "deny"
+    user = (await asyncio.to_thread(input, "Decide as [carol]: ")).strip() or "carol"
+    reason = None
+    if decision == "deny":
+        reason = (await asyncio.to_thread(input, "Reason: ")).strip() or "denied in the demo"
+    return decision, user, reason
+
+
+async def decide_pending(
+    client: CallgateClient,
+    run_id: str,
+    approve_as: str | None,
+    progress: Progress,
+    ask: Ask = ask_in_terminal,
+) -> int:
+    """Decide every pending approval of ``run_id``; return how many decisions applied."""
+    applied = 0
+    for record in [r for r in await desk(client).pending() if r.run_id == run_id]:
+        progress(f"approval needed: {record.tool} {record.arguments} (role {record.approver_role})")
+        decision: DecisionKind = "approve"
+        user, reason = approve_as, None
+        if user is None:
+            decision, user, reason = await ask(record)
+        code, text = await decide(
+            client, record.approval_id, decision, user, reason, VERDICT_TIMEOUT_S
+        )
+        progress(text)
+        applied += code == 0
+    return applied
+
+
+def booking_summary(booking_url: str) -> str:
+    """What the authoritative system holds: the reservations, by participant."""
+    with urllib.request.urlopen(f"{booking_url}/_stats", timeout=5) as reply:
+        stats = json.load(reply)
+    held = stats["reservations_by_participant"]
+    listed = ", ".join(f"{k} ×{v}" for k, v in held.items()) or "none"
+    return f"{stats['reservations']} reservation(s): {listed}"

@@ -1,0 +1,175 @@
+"""A verified Approve/Deny click → identity mapping → an ApprovalDecision on the run's stream.
+
+By the time a click gets here Bolt has checked Slack's signature and timestamp.  What is
+left is the Slack side of authorization: the Slack user must be in the approvers map, hold
+the role the approval record names, and click a button that still matches a pending,
+unexpired record.  A refused click posts nothing to the stream; the clicker gets an
+ephemeral message with the reason and the request keeps its buttons for real approvers.
+Whether a posted decision *applies* (live, role, hash, first) is the validator's call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import aiohttp
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from callgate.envelopes import ApprovalDecision, encode
+from callgate.keys import Keys
+from callgate.logs import log_fields
+from callgate.slack.messages import APPROVE_ACTION, ButtonValue, decided_blocks, outcome_text
+from callgate.slack.records import ApprovalView, MalformedRecordError, load_approval
+from callgate.slack.settings import Approver
+
+log = logging.getLogger("callgate.slack.clicks")
+
+SLACK_ERRORS: tuple[type[Exception], ...] = (SlackApiError, aiohttp.ClientError, TimeoutError)
+"""A Slack Web API call failed (answered an error, or did not answer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Click:
+    """The parts of a block_actions payload the bot uses."""
+
+    user_id: str
+    team_id: str | None
+    decision: Literal["approve", "deny"]
+    value: ButtonValue | None
+    channel_id: str | None
+    message_ts: str | None
+    blocks: list[dict[str, Any]] | None
+
+
+def parse_click(body: Mapping[str, Any], action: Mapping[str, Any]) -> Click:
+    container = body.get("container") or {}
+    message = body.get("message") or {}
+    return Click(
+        user_id=str((body.get("user") or {}).get("id", "")),
+        team_id=(body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id"),
+        decision="approve" if action.get("action_id") == APPROVE_ACTION else "deny",
+        value=ButtonValue.from_value(str(action.get("value", ""))),
+        channel_id=(body.get("channel") or {}).get("id") or container.get("channel_id"),
+        message_ts=container.get("message_ts") or message.get("ts"),
+        blocks=message.get("blocks"),
+    )
+
+
+def authorize(
+    click: Click, approver: Approver | None, record: ApprovalView | None, *,
+    team_id: str | None, now_ms: int,
+) -> str | None:
+    """Why the click is refused, or None when it may be posted.  Pure."""
+    if team_id is not None and click.team_id != team_id:
+        return "this Slack workspace may not decide callgate approvals"
+    if click.value is None:
+        return "this button is not a callgate approval"
+    if approver is None:
+        return "you are not a callgate approver"
+    if record is None:
+        return "no such approval (unknown, or expired and removed)"
+    value = click.value
+    if (record.run_id, record.call_id) != (value.run_id, value.call_id):
+        return "this button does not match the approval record"
+    if record.args_hash != value.args_hash:
+        return "the arguments changed since this request was posted; a new approval is needed"
+    if record.approver_role and record.approver_role not in approver.roles:
+        return f"approving this needs the role {record.approver_role!r}, which you do not hold"
+    if record.state != "pending":
+        return f"this approval is already {record.state}"
+    if record.expired(now_ms):
+        return "this approval has expired"
+    return None
+
+
+class ClickHandler:
+    """Maps a verified click to a decision; one per bot process."""
+
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, approvers: Mapping[str, Approver],
+        *, team_id: str | None = None,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._approvers = approvers
+        self._team_id = team_id
+
+    async def handle(self, body: Mapping[str, Any], action: Mapping[str, Any],
+                     client: AsyncWebClient) -> ApprovalDecision | None:
+        """Post the decision and update the message; return it (None when refused)."""
+        click = parse_click(body, action)
+        approver = self._approvers.get(click.user_id)
+        record: ApprovalView | None = None
+        try:
+            if click.value is not None and approver is not None:
+                value = click.value
+                record = await load_approval(
+                    self._redis, self._keys, value.run_id, value.approval_id)
+            refusal = authorize(click, approver, record, team_id=self._team_id,
+                                now_ms=int(time.time() * 1000))
+        except MalformedRecordError:
+            log.exception("approval record does not parse")
+            refusal = "the approval record is malformed; use `callgate approve`"
+        except RedisError:
+            log.exception("cannot read the approval record")
+            refusal = "callgate is unavailable right now; try again shortly"
+        if refusal is not None:
+            await self._refuse(client, click, refusal)
+            return None
+        assert approver is not None and record is not None and click.value is not None
+        decision = ApprovalDecision(
+            run_id=record.run_id, turn=record.turn, call_id=record.call_id,
+            approval_id=record.approval_id, decision=click.decision, approver=approver.user,
+            # No reason: a button carries none, and the model must not see Slack user ids.
+            args_hash=click.value.args_hash, source="slack",
+        )
+        try:
+            stream = self._keys.run_stream("approvals", record.run_id)
+            await self._redis.xadd(stream, {"d": encode(decision)})
+        except RedisError:
+            log.exception("cannot post the decision")
+            await self._refuse(client, click, "callgate is unavailable right now; try again")
+            return None
+        log.info("decision posted", extra=log_fields(
+            run_id=record.run_id, approval_id=record.approval_id, decision=click.decision,
+            approver=approver.user, slack_user=click.user_id))
+        await self._mark_decided(client, click, outcome_text(click.decision, approver.user, None))
+        return decision
+
+    async def _mark_decided(self, client: AsyncWebClient, click: Click, outcome: str) -> None:
+        if not (click.channel_id and click.message_ts):
+            return
+        try:
+            await client.chat_update(
+                channel=click.channel_id, ts=click.message_ts, text=outcome,
+                blocks=decided_blocks(click.blocks, outcome, click.user_id),
+            )
+        except SLACK_ERRORS as exc:
+            # The decision is already durable; only the message is stale.
+            log.warning("chat.update failed", extra=log_fields(error=_slack_error(exc)))
+
+    async def _refuse(self, client: AsyncWebClient, click: Click, reason: str) -> None:
+        log.warning("click refused", extra=log_fields(
+            slack_user=click.user_id, reason=reason,
+            approval_id=click.value.approval_id if click.value else None))
+        if not (click.channel_id and click.user_id):
+            return
+        try:
+            await client.chat_postEphemeral(
+                channel=click.channel_id, user=click.user_id, text=f"Not recorded: {reason}")
+        except SLACK_ERRORS as exc:
+            log.warning("chat.postEphemeral failed", extra=log_fields(error=_slack_error(exc)))
+
+
+def _slack_error(exc: Exception) -> str:
+    """Slack's error code (never the request, which holds the token in its headers)."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error"))
+    return type(exc).__name__

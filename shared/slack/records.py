@@ -1,0 +1,58 @@
+"""The bot's read-only view of a pending approval record (hash ``keys.approval``).
+
+The validator owns the record and is the authority on whether a decision applies; the bot
+reads it only to know which role a click needs, whether it is still worth posting, and the
+turn the decision envelope must name.  Unknown fields are ignored, so the record can grow.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from callgate.keys import Keys
+
+
+class ApprovalView(BaseModel):
+    """The fields of the approval record the bot uses (all stored as strings)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    approval_id: str
+    run_id: str
+    turn: int
+    call_id: str
+    tool: str = ""
+    args_hash: str
+    requested_by: str = ""
+    approver_role: str = ""
+    expires_ms: int = 0
+    state: str = "pending"
+
+    def expired(self, now_ms: int | None = None) -> bool:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return self.expires_ms > 0 and now >= self.expires_ms
+
+
+class MalformedRecordError(ValueError):
+    """The record exists but lacks a field the bot needs (written by an incompatible version)."""
+
+
+async def load_approval(
+    redis: aioredis.Redis, keys: Keys, run_id: str, approval_id: str
+) -> ApprovalView | None:
+    """The record, or None when there is none (never written, or expired out of Redis)."""
+    raw: dict[Any, Any] = await redis.hgetall(keys.approval(run_id, approval_id))  # type: ignore[misc]
+    if not raw:
+        return None
+    data = {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in raw.items()
+    }
+    try:
+        return ApprovalView.model_validate(data)
+    except ValidationError as exc:
+        raise MalformedRecordError(str(exc)) from exc
