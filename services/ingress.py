@@ -26,21 +26,19 @@ from arq.worker import Worker, func
 
 from callgate import eventloop
 from callgate.approvals.expiry import EXPIRE_APPROVAL
+from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.crashpoints import crash_point
-from callgate.envelopes import ApprovalExpired, TurnRequest, encode
-from callgate.errors import CallgateError
+from callgate.envelopes import ApprovalExpired
+from callgate.errors import CallgateError, RunSpecError
 from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
-from callgate.keys import Keys
-from callgate.ledger.store import now_ms
-from callgate.ledger.tx import Tx
 from callgate.logs import log_fields, setup_logging
 from callgate.providers import get_adapter
-from callgate.runspec import RunSpecError, parse_spec, to_run_record
+from callgate.runspec import RunSpec, parse_spec, to_run_record
 from callgate.states import RUN_TERMINAL, RunState
-from callgate.streams.commands import REDIS_ERRORS, backoff_s
+from callgate.streams.commands import REDIS_ERRORS, backoff_s, post
 from callgate.streams.service import Runtime, build_runtime, tune_gc
-from callgate.tools.contract import load_registry
+from callgate.tools.registry import ToolRegistry
 
 log = logging.getLogger("callgate.ingress")
 
@@ -53,26 +51,23 @@ SWEEP_BATCH = 200
 DEADLINE_REACHED = "deadline reached"
 
 
-def deadlines_index(keys: Keys, partition: int) -> str:
-    """Sorted set of the partition's run ids by ``deadline_ms``, in the partition's slot.
-
-    Same slot as the run, so the entry is written in the run's create-once step.
-    """
-    return keys.deadlines(partition)
-
-
 # -- start_run -------------------------------------------------------------------------------
 
 
-def _check_tools(tool_modules: Sequence[str], allowed: Sequence[str] | None) -> None:
-    """Fail the spec now, with a clear reason, if its tools would fail every turn later."""
-    try:
-        registry = load_registry(tool_modules)
-    except (ImportError, ValueError, TypeError) as exc:
-        raise RunSpecError([f"tool_modules: {exc}"]) from exc
-    missing = registry.unknown(allowed or ())
+def _selected_tools(registry: ToolRegistry, spec: RunSpec) -> list[str]:
+    """The registered tools the run may use; the spec may only select among them."""
+    if spec.allowed_tools is None:
+        return list(registry.names())
+    missing = registry.unknown(spec.allowed_tools)
     if missing:
-        raise RunSpecError([f"allowed_tools: not in tool_modules: {', '.join(missing)}"])
+        raise RunSpecError([f"allowed_tools: {', '.join(missing)} not registered in this "
+                            f"deployment (registered: {registry.describe()})"])
+    validator = (spec.acceptance or {}).get("validator")
+    if validator is not None and validator not in registry.validators:
+        known = ", ".join(sorted(registry.validators)) or "none"
+        raise RunSpecError([f"acceptance.validator: {validator!r} is not a registered "
+                            f"validator (registered: {known})"])
+    return list(dict.fromkeys(spec.allowed_tools))
 
 
 async def start_run(ctx: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
@@ -87,14 +82,8 @@ async def start_run(ctx: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]
     run_id = parsed.run_id or str(ctx.get("job_id") or "")
     if parsed.run_id is None:
         parsed = parse_spec({**spec, "run_id": run_id})
-    _check_tools(parsed.tool_modules, parsed.allowed_tools)
-    run = to_run_record(parsed, now_ms())
-    turn_1 = TurnRequest(run_id=run_id, turn=1, reason="start")
-    tx = rt.ledger.new_run(run, outbox=[(rt.keys.run_stream("turns", run_id), turn_1)])
-    rt.ledger.append_history(tx, run_id, get_adapter(run.api).initial_history(run.input))
-    if run.deadline_ms is not None:
-        index = deadlines_index(rt.keys, rt.keys.partition(run_id))
-        tx.zadd(index, {run_id: float(run.deadline_ms)})
+    run = to_run_record(parsed, now_ms(), _selected_tools(rt.registry, parsed))
+    tx = rt.ledger.start_run(run, get_adapter(run.api).initial_history(run.input))
     try:
         # Shielded: a shutdown must not abandon the one write that makes the run exist.
         result = await asyncio.shield(rt.ledger.apply(tx))
@@ -114,18 +103,15 @@ async def start_run(ctx: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]
 
 async def hand_off_expired(rt: Runtime, run_id: str, now: int) -> bool:
     """Hand off one run whose deadline passed; drop its index entry once it is settled."""
-    index = deadlines_index(rt.keys, rt.keys.partition(run_id))
     run = await rt.ledger.get_run(run_id)
     if run is None or run.status in RUN_TERMINAL or run.deadline_ms is None:
-        await rt.redis.zrem(index, run_id)
+        await rt.ledger.apply(rt.ledger.drop_deadline(run_id))
         return False
     if run.deadline_ms > now:
         return False
-    tx = rt.ledger.run_transition(
-        Tx(), run_id, run.status, RunState.HANDED_OFF, fields={"reason": DEADLINE_REACHED}
-    )
-    await rt.ledger.expire_finished(tx, run_id, run.turn)  # leaves the index too
-    # Guarded on the status just read: a run that moved meanwhile is retried next sweep.
+    # Leaves the index too; guarded on the status just read: a run that moved meanwhile is
+    # retried next sweep.
+    tx = await rt.ledger.end_run(run, RunState.HANDED_OFF, DEADLINE_REACHED)
     result = await asyncio.shield(rt.ledger.apply(tx))
     if result.ok:
         log.info("run handed off", extra=log_fields(run_id=run_id, reason=DEADLINE_REACHED))
@@ -140,8 +126,7 @@ async def expire_approval(ctx: dict[str, Any], ref: dict[str, Any]) -> str:
         run_id=ref["run_id"], turn=ref["turn"], call_id=ref["call_id"],
         approval_id=ref["approval_id"],
     )
-    stream = runtime.keys.run_stream("approvals", message.run_id)
-    await runtime.redis.xadd(stream, {"d": encode(message)})
+    await post(runtime.redis, runtime.keys.run_stream("approvals", message.run_id), message)
     return message.approval_id
 
 
@@ -176,7 +161,7 @@ async def sweep_deadlines(ctx: dict[str, Any]) -> int:
     handed = 0
     for partition in range(rt.keys.partitions):
         due = await rt.redis.zrangebyscore(
-            deadlines_index(rt.keys, partition), "-inf", now, start=0, num=SWEEP_BATCH
+            rt.keys.deadlines(partition), "-inf", now, start=0, num=SWEEP_BATCH
         )
         for raw in due:
             handed += await hand_off_expired(rt, _text(raw), now)

@@ -1,39 +1,45 @@
 """model_turn worker: asks the model for a turn, and starts the next turn once results are in.
 
-Two kinds of message reach it: `TurnRequest` (call the provider, record the raw response and
-what it means, hand tool requests to the validator) and `CallResult` (when every call of the
-turn is terminal, append the results to the history in provider order and request the next
-turn).  Both end in one guarded atomic step on the run, so redeliveries and racing replicas
-are no-ops: a turn is requested exactly once.
+Two kinds of message reach it.  `TurnRequest`: take the turn from its facts (the run and its
+history, carried in-process from the step that requested it, or read), call the provider,
+and record the raw response and what it means — the end of the run, or tool requests handed
+to the validator.  `CallResult`: once every call of the turn is terminal, append the results
+to the history in provider order and request the next turn.  Every end is one guarded step
+on the run (its state, its turn and the history's length), so redeliveries and racing
+replicas are no-ops: a turn is requested exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import assert_never
 
 import orjson
 
+from callgate.clock import now_ms
 from callgate.crashpoints import crash_point
-from callgate.envelopes import (
-    CallResult,
-    DecideOrder,
-    Envelope,
-    TurnRequest,
-    ValidateRequest,
-    decide_order,
-)
+from callgate.envelopes import CallResult, Envelope, TurnRequest
 from callgate.errors import EnvelopeError, NotFoundError
-from callgate.ledger.steps import expect_recorded
-from callgate.ledger.store import Ledger, require_calls
-from callgate.ledger.tx import Tx
+from callgate.facts import (
+    MISMATCH,
+    DecideFacts,
+    DecideRunFacts,
+    Mismatch,
+    ProposedCall,
+    SettledCall,
+    decide,
+)
+from callgate.ledger.binding import Binding, bind
+from callgate.ledger.run_steps import items_json
+from callgate.ledger.store import require_calls
+from callgate.ledger.tx import Tx, TxResult
 from callgate.logs import log_fields
-from callgate.loop.carry import HistoryCarry, Started
+from callgate.loop.carry import WAITING_FOR_RESULTS, HistoryCarry, JoinFacts, Started, TurnFacts
 from callgate.loop.decisions import (
     AskToFix,
     Finish,
+    ModelStep,
     NextTurn,
     RetryModel,
     StartCalls,
@@ -43,45 +49,28 @@ from callgate.loop.decisions import (
     budget_end,
 )
 from callgate.loop.joins import TurnJoins
+from callgate.loop.results import echo_free, marks_sensitive, result_input
 from callgate.providers import ADAPTERS, adapter_for
-from callgate.providers.base import (
-    FinalAnswer,
-    ProviderAdapter,
-    ToolResultInput,
-    TurnInput,
-    TurnOutcome,
-)
+from callgate.providers.base import FinalAnswer, ProviderAdapter, TurnInput, TurnOutcome
 from callgate.records import CallRecord, RunRecord
-from callgate.redact import scrub, sensitive_values
-from callgate.states import RUN_TERMINAL, RunState
+from callgate.states import RunState
+from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from callgate.streams.worker import Delivery, Handler
 from callgate.tools.acceptance import check_acceptance
-from callgate.tools.contract import load_registry
 
 log = logging.getLogger("callgate.model_turn")
 
 TURNS_REMEMBERED = 1_000
-"""Turns whose call ids and history a model_turn process carries to their next step
-(`HistoryCarry`), the oldest first beyond this many."""
-WAITING_FOR_RESULTS = (
-    RunState.VALIDATING,
-    RunState.EXECUTING,
-    RunState.PAUSED_APPROVAL,
-    RunState.PAUSED_UNKNOWN_OUTCOME,
-)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+"""Turns whose call ids and history a process carries to their next step (`HistoryCarry`)."""
 
 
 class ModelTurn:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
-        self.ledger: Ledger = runtime.ledger
+        self.ledger = runtime.ledger
+        self.registry = runtime.registry
         self._adapters: dict[str, ProviderAdapter] = {}
-        self._carry = HistoryCarry(TURNS_REMEMBERED)
+        self._carry = HistoryCarry(TURNS_REMEMBERED if runtime.settings.carry else 0)
         self._joins = TurnJoins()
 
     def adapter(self, api: str) -> ProviderAdapter:
@@ -99,37 +88,70 @@ class ModelTurn:
                 log.info("adapter not ready", extra=log_fields(api=api, error=str(exc)))
 
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
+        where = {"run_id": message.run_id, "turn": message.turn}
         match message:
             case TurnRequest():
-                await self.on_turn_request(message, delivery)
+                carried = self._carry.requested.take((message.run_id, message.turn))
+                await decide(carried, lambda: self._turn_facts(message),
+                             lambda facts: self._take_turn(message, facts, delivery), where)
             case CallResult():
-                await self.on_call_result(message, delivery)
+                started = self._carry.started.get((message.run_id, message.turn))
+                if started is not None:
+                    started.note(message)
+                await self._joins.join((message.run_id, message.turn),
+                                       lambda: self._join(message, delivery, where))
             case _:
                 raise EnvelopeError(f"model_turn does not handle {message.kind!r}")
 
     # -- a turn ---------------------------------------------------------------------------
 
-    async def on_turn_request(self, message: TurnRequest, delivery: Delivery) -> None:
-        carried = self._carry.requested.take((message.run_id, message.turn))
-        found: RunRecord | None
-        if carried is not None:
-            found, raw_history = carried
-        else:
-            found, raw_history = await self.ledger.run_and_history(message.run_id)
-        run = _exists(message.run_id, found)
+    async def _turn_facts(self, message: TurnRequest) -> TurnFacts:
+        run, history = await self.ledger.run_and_history(message.run_id)
+        return TurnFacts(_exists(message.run_id, run), history)
+
+    async def _take_turn(
+        self, message: TurnRequest, facts: TurnFacts, delivery: Delivery
+    ) -> Mismatch | None:
+        run = facts.run
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
-            return  # stale or duplicate: the turn was taken already
-        history = [orjson.loads(item) for item in raw_history]
+            return None  # stale or duplicate: the turn was taken already
+        tx = Tx()
+        binding = self._bind_history(tx, run, facts.history)
         ended = budget_end(run, now_ms())
         if ended is not None:
-            await self._finish(run, Finish(RunState.HANDED_OFF, reason=ended), None, delivery)
-            return
+            handed_off = Finish(RunState.HANDED_OFF, reason=ended)
+            applied = await self._finish(tx, run, handed_off, None, delivery)
+            return MISMATCH if binding.broken(applied) else None
+        outcome, step = await self._ask(run, facts.history)
+        self.ledger.model_response(tx, run, outcome.record, outcome.event.kind)
+        match step:
+            case Finish():
+                applied = await self._finish(tx, run, step, outcome, delivery)
+            case StartCalls():
+                applied = await self._start_calls(tx, run, step, outcome, facts, delivery)
+            case AskToFix():
+                items = [*outcome.record.assistant_items,
+                         *self.adapter(run.api).correction_items(step.message)]
+                self.ledger.answer_rejected(tx, run, items_json(items), step.message)
+                applied = await self._apply(tx, delivery)
+            case RetryModel():
+                raise AssertionError("retries are taken in _ask")
+            case _:
+                assert_never(step)
+        crash_point("model_turn.after_outbox")
+        return MISMATCH if binding.broken(applied) else None
+
+    def _bind_history(self, tx: Tx, run: RunRecord, history: list[bytes]) -> Binding:
+        self.ledger.expect_history(tx, run.run_id, len(history))
+        return Binding({(self.rt.keys.history(run.run_id), "")})
+
+    async def _ask(self, run: RunRecord, history: list[bytes]) -> tuple[TurnOutcome, ModelStep]:
+        """The model's answer to this turn and what it means, after any retries."""
         adapter = self.adapter(run.api)
-        registry = load_registry(run.tool_modules)
         turn_input = TurnInput(
             model=run.model,
-            history=history,
-            tools=registry.specs(run.allowed_tools),
+            history=[orjson.loads(item) for item in history],
+            tools=self.registry.specs(run.allowed_tools),
             instructions=run.instructions,
             max_output_tokens=self.rt.settings.max_output_tokens,
             timeout_s=self.rt.settings.model_timeout_s,
@@ -141,152 +163,77 @@ class ModelTurn:
             crash_point("model_turn.after_request")
             acceptance_error = None
             if isinstance(outcome.event, FinalAnswer):
-                acceptance_error = check_acceptance(run.acceptance, outcome.event.text)
-            step = after_model(
-                run,
-                outcome.event,
-                attempt=attempt,
-                max_retries=self.rt.settings.model_max_retries,
-                acceptance_error=acceptance_error,
-            )
+                acceptance_error = check_acceptance(run.acceptance, outcome.event.text,
+                                                    self.registry.validators)
+            step = after_model(run, outcome.event, attempt=attempt,
+                               max_retries=self.rt.settings.model_max_retries,
+                               acceptance_error=acceptance_error)
             if not isinstance(step, RetryModel):
-                break
-            await self._note_retry(run, outcome, step, attempt)
+                return outcome, step
+            await self.ledger.apply(self.ledger.note_retry(run, attempt, step.reason,
+                                                           step.delay_s))
+            log.info("model retry", extra=log_fields(run_id=run.run_id, turn=run.turn,
+                                                     reason=step.reason, delay_s=step.delay_s))
             await asyncio.sleep(step.delay_s)
-        match step:
-            case Finish():
-                await self._finish(run, step, outcome, delivery)
-            case StartCalls():
-                await self._start_calls(run, step, outcome, delivery, raw_history)
-            case AskToFix():
-                await self._ask_to_fix(run, step, outcome, adapter, delivery)
-            case _:
-                assert_never(step)
-        crash_point("model_turn.after_outbox")
-
-    def _turn_tx(self, run: RunRecord, outcome: TurnOutcome | None) -> Tx:
-        """The part every end of a turn shares: the raw response, usage, the event."""
-        tx = Tx()
-        if outcome is None:
-            return tx
-        record = outcome.record
-        keys = self.rt.keys
-        # orjson writes the dataclass as `to_json()` would, without deep-copying the response.
-        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): orjson.dumps(record)})
-        tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
-        tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
-        self.ledger.event(
-            tx,
-            run.run_id,
-            "model.response",
-            turn=run.turn,
-            response_id=record.response_id,
-            outcome=outcome.event.kind,
-            input_tokens=record.input_tokens,
-            output_tokens=record.output_tokens,
-        )
-        return tx
 
     async def _finish(
-        self, run: RunRecord, step: Finish, outcome: TurnOutcome | None, delivery: Delivery
-    ) -> None:
-        tx = self._turn_tx(run, outcome)
-        if outcome is not None and step.status == RunState.COMPLETED:
-            tx.rpush(self.rt.keys.history(run.run_id), *_items(outcome.record.assistant_items))
+        self, tx: Tx, run: RunRecord, step: Finish, outcome: TurnOutcome | None,
+        delivery: Delivery,
+    ) -> TxResult:
         fields: dict[str, str] = {}
         if step.text is not None:
             fields["final_text"] = step.text
         if step.reason is not None:
             fields["reason"] = step.reason  # a refusal's reason is the model's own words
-        shown = await self._echo_free(run, fields)
-        self.ledger.run_transition(
-            tx,
-            run.run_id,
-            [RunState.AWAITING_MODEL],
-            step.status,
-            expect_turn=run.turn,
-            fields=fields,
-            shown=shown,
-        )
-        if step.status in RUN_TERMINAL:
-            await self.ledger.expire_finished(tx, run.run_id, run.turn)
-        await self.ledger.apply(delivery.ack_with(tx))
-
-    async def _echo_free(self, run: RunRecord, texts: dict[str, str]) -> dict[str, str]:
-        """``texts`` as the event log may show them: the model saw every argument and result,
-        so its words may repeat a value a tool marks sensitive, which events never hold.  Only
-        runs with such a tool read their calls for it, once, at the end."""
-        marked = {t.name: t.sensitive_fields for t in load_registry(run.tool_modules)}
-        if not texts or not any(marked.values()):
-            return texts
-        values: set[str] = set()
-        for call in await self.ledger.run_calls(run.run_id, run.turn):
-            fields = marked.get(call.tool)
-            if fields:
-                values |= sensitive_values([call.arguments, call.result], fields)
-        return {name: scrub(text, values) for name, text in texts.items()}
+        shown = fields
+        if fields and marks_sensitive(self.registry, run.allowed_tools):
+            shown = echo_free(fields, await self.ledger.run_calls(run.run_id, run.turn),
+                              self.registry)
+        assistant: list[bytes] = []
+        if outcome is not None and step.status == RunState.COMPLETED:
+            assistant = items_json(outcome.record.assistant_items)
+        await self.ledger.finish_turn(tx, run, step.status, fields=fields, shown=shown,
+                                      assistant=assistant)
+        return await self._apply(tx, delivery)
 
     async def _start_calls(
-        self,
-        run: RunRecord,
-        step: StartCalls,
-        outcome: TurnOutcome,
+        self, tx: Tx, run: RunRecord, step: StartCalls, outcome: TurnOutcome, facts: TurnFacts,
         delivery: Delivery,
-        history: list[bytes],
-    ) -> None:
-        keys = self.rt.keys
-        tx = self._turn_tx(run, outcome)
+    ) -> TxResult:
         created = now_ms()
-        records: list[CallRecord] = []
-        for index, call in enumerate(step.calls):
-            record = CallRecord(
-                run_id=run.run_id,
-                call_id=f"t{run.turn}.{index}",
-                turn=run.turn,
-                index=index,
-                provider_call_id=call.provider_call_id,
-                tool=call.name,
-                arguments=call.arguments,
-                raw_arguments=call.raw_arguments,
-                created_ms=created,
-                updated_ms=created,
-            )
-            records.append(record)
-            self.ledger.create_call(tx, record)
-        call_ids = [record.call_id for record in records]
-        tx.rpush(keys.turn_calls(run.run_id, run.turn), *call_ids)
-        assistant_items = _items(outcome.record.assistant_items)
-        tx.rpush(keys.history(run.run_id), *assistant_items)
-        self.ledger.run_transition(
-            tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING, expect_turn=run.turn
-        )
-        self.ledger.outbox(
-            tx,
-            keys.run_stream("validate", run.run_id),
-            ValidateRequest(
-                run_id=run.run_id,
-                turn=run.turn,
-                call_ids=tuple(call_ids),
-                order=_order(run, records),
-            ),
-        )
+        calls = [
+            CallRecord(run_id=run.run_id, call_id=f"t{run.turn}.{index}", turn=run.turn,
+                       index=index, provider_call_id=call.provider_call_id, tool=call.name,
+                       arguments=call.arguments, raw_arguments=call.raw_arguments,
+                       created_ms=created, updated_ms=created)
+            for index, call in enumerate(step.calls)
+        ]
+        assistant = items_json(outcome.record.assistant_items)
+        self.ledger.start_calls(tx, run, calls, assistant, self._decide_facts(run, calls))
+        validating = run.model_copy(update={
+            "status": RunState.VALIDATING,
+            "usage_input_tokens": run.usage_input_tokens + outcome.record.input_tokens,
+            "usage_output_tokens": run.usage_output_tokens + outcome.record.output_tokens,
+        })
         key = (run.run_id, run.turn)
-        validating = run.model_copy(
-            update={
-                "status": RunState.VALIDATING,
-                "usage_input_tokens": run.usage_input_tokens + outcome.record.input_tokens,
-                "usage_output_tokens": run.usage_output_tokens + outcome.record.output_tokens,
-            }
-        )
-        started = Started(validating, tuple(records), [*history, *assistant_items])
-        carried = self._carry.started.put(key, started)
+        started = self._carry.started.put(key, Started(validating, tuple(calls),
+                                                       [*facts.history, *assistant]))
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:
             if not tx.applied:
-                self._carry.started.drop(key, carried)
-        if result.failed and result.failed.key == keys.provider_calls(run.run_id):
+                self._carry.started.drop(key, started)
+        if result.failed and result.failed.key == self.rt.keys.provider_calls(run.run_id):
             await self._refuse_reused_ids(run, step, outcome, delivery)
+        return result
+
+    def _decide_facts(self, run: RunRecord, calls: list[CallRecord]) -> DecideFacts | None:
+        """What the validator decides on, carried unless a tool marks an argument sensitive:
+        such a value is kept in the ledger's records only, never in a message."""
+        if not self.rt.settings.carry or marks_sensitive(self.registry, (c.tool for c in calls)):
+            return None
+        return DecideFacts(run=DecideRunFacts.of(run),
+                           calls=tuple(ProposedCall.of(c) for c in calls))
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
@@ -297,162 +244,85 @@ class ModelTurn:
             run.run_id, [c.provider_call_id for c in step.calls]
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-        await self._finish(
-            run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome, delivery
-        )
+        tx = self.ledger.model_response(Tx(), run, outcome.record, outcome.event.kind)
+        await self._finish(tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome,
+                           delivery)
 
-    async def _ask_to_fix(
-        self,
-        run: RunRecord,
-        step: AskToFix,
-        outcome: TurnOutcome,
-        adapter: ProviderAdapter,
-        delivery: Delivery,
-    ) -> None:
-        tx = self._turn_tx(run, outcome)
-        items = [*outcome.record.assistant_items, *adapter.correction_items(step.message)]
-        self._advance(tx, run, _items(items), reason="fix_answer")
-        self.ledger.event(tx, run.run_id, "answer.rejected", turn=run.turn, reason=step.message)
-        await self.ledger.apply(delivery.ack_with(tx))
-
-    async def _note_retry(
-        self, run: RunRecord, outcome: TurnOutcome, step: RetryModel, attempt: int
-    ) -> None:
-        tx = Tx()
-        self.ledger.event(
-            tx,
-            run.run_id,
-            "model.retry",
-            turn=run.turn,
-            attempt=attempt,
-            reason=step.reason,
-            delay_s=step.delay_s,
-        )
-        await self.ledger.apply(tx)
-        log.info(
-            "model retry",
-            extra=log_fields(
-                run_id=run.run_id, turn=run.turn, reason=step.reason, delay_s=step.delay_s
-            ),
-        )
-
-    def _advance(self, tx: Tx, run: RunRecord, items: list[bytes], reason: str) -> None:
-        """Append ``items`` to the history and request the next turn, guarded on this turn."""
-        keys = self.rt.keys
-        if items:
-            tx.rpush(keys.history(run.run_id), *items)
-        sources = (
-            [run.status] if run.status != RunState.AWAITING_MODEL else [RunState.AWAITING_MODEL]
-        )
-        self.ledger.run_transition(
-            tx,
-            run.run_id,
-            sources,
-            RunState.AWAITING_MODEL,
-            expect_turn=run.turn,
-            fields={"turn": run.turn + 1},
-        )
-        self.ledger.outbox(
-            tx,
-            keys.run_stream("turns", run.run_id),
-            TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason=reason),
-        )
+    async def _apply(self, tx: Tx, delivery: Delivery) -> TxResult:
+        return await self.ledger.apply(delivery.ack_with(tx))
 
     # -- results ----------------------------------------------------------------------------
 
-    async def _turn(
-        self, run_id: str, turn: int
-    ) -> tuple[RunRecord, tuple[CallRecord, ...]] | None:
-        """The run and the calls of its turn ``turn``; None if the run is past waiting for them.
-
-        One round trip when this process created the turn (it remembers the call ids), else
-        two: the turn's call list, then the calls."""
-        started = self._carry.started.get((run_id, turn))
-        known = None if started is None else started.call_ids
-        if known is not None:
-            run, maybe = await self.ledger.run_and_calls(run_id, known)
-        else:
-            run, listed = await self.ledger.run_and_turn_calls(run_id, turn)
-        run = _exists(run_id, run)
-        if run.turn != turn or run.status not in WAITING_FOR_RESULTS:
-            return None
-        if known is not None:
-            return run, tuple(require_calls(run_id, known, maybe))
-        return run, tuple(await self.ledger.get_calls(run_id, listed))
-
-    async def on_call_result(self, message: CallResult, delivery: Delivery) -> None:
-        turn = (message.run_id, message.turn)
-        started = self._carry.started.get(turn)
-        if started is not None:
-            started.note(message)
-        await self._joins.join(turn, lambda: self._join(message, delivery))
-
-    async def _join(self, message: CallResult, delivery: Delivery) -> bool:
+    async def _join(
+        self, message: CallResult, delivery: Delivery, where: dict[str, object]
+    ) -> bool:
         """Advance or end the turn if every call is terminal; True if it waits no longer."""
         started = self._carry.started.get((message.run_id, message.turn))
-        settled = None if started is None else started.settled()
-        if started is not None and settled is None:
+        carried = None if started is None else started.settled()
+        if started is not None and carried is None:
             # The results of parallel calls are read in one batch: let the handlers of the
-            # others note theirs (`on_call_result`) before deciding they are not in hand.
+            # others note theirs before deciding they are not in hand.
             await asyncio.sleep(0)
-            settled = started.settled()
-        if started is not None and settled is not None:
-            applied = await self._join_carried(started.run, settled, delivery)
-            if applied:
-                return True
-        found = await self._turn(message.run_id, message.turn)
-        if found is None:
-            return True
-        run, calls = found
-        step = after_results(calls)
+            carried = started.settled()
+        settled = await decide(carried, lambda: self._join_facts(message, started),
+                               lambda facts: self._settle_turn(facts, delivery), where)
+        return settled is not False
+
+    async def _join_facts(
+        self, message: CallResult, started: Started | None
+    ) -> JoinFacts | None:
+        """The run and the calls of the turn; None if the run is past waiting for them.  One
+        round trip when this process created the turn (it knows the call ids), else two."""
+        run_id, turn = message.run_id, message.turn
+        if started is not None:
+            found, calls = await self.ledger.run_and_calls(run_id, started.call_ids)
+            run = _exists(run_id, found)
+            if run.turn != turn or run.status not in WAITING_FOR_RESULTS:
+                return None
+            return JoinFacts(run, tuple(require_calls(run_id, started.call_ids, calls)))
+        found, call_ids = await self.ledger.run_and_turn_calls(run_id, turn)
+        run = _exists(run_id, found)
+        if run.turn != turn or run.status not in WAITING_FOR_RESULTS:
+            return None
+        return JoinFacts(run, tuple(await self.ledger.get_calls(run_id, call_ids)))
+
+    async def _settle_turn(self, facts: JoinFacts, delivery: Delivery) -> bool | Mismatch:
+        """End or advance the turn from its calls' outcomes, bound to those very outcomes."""
+        run = facts.run
+        step = after_results(facts.calls)
+        tx = Tx()
+        binding = Binding()
+        for call in facts.calls:
+            bind(tx, self.rt.keys.call(run.run_id, call.call_id), SettledCall.of(call), binding)
         match step:
             case Wait():
                 return False
             case Finish():
-                tx = Tx()
-                self.ledger.run_transition(
-                    tx,
-                    run.run_id,
-                    [run.status],
-                    step.status,
-                    expect_turn=run.turn,
-                    fields={"reason": step.reason or ""},
-                )
-                return (await self.ledger.apply(delivery.ack_with(tx))).ok
+                self.ledger.end_turn(tx, run, step.status, step.reason or "")
+                result = await self.ledger.apply(delivery.ack_with(tx))
             case NextTurn(calls=ordered):
-                return await self._next_turn(Tx(), run, ordered, delivery)
+                result = await self._next_turn(tx, run, ordered, delivery)
             case _:
                 assert_never(step)
-
-    async def _join_carried(
-        self, run: RunRecord, calls: tuple[CallRecord, ...], delivery: Delivery
-    ) -> bool:
-        """Append results that came with their outcomes, without reading the calls back:
-        the step is guarded on the ledger holding exactly those outcomes, and on the run
-        executing this turn.  False if it did not apply (the caller reads the ledger)."""
-        step = after_results(calls)
-        if not isinstance(step, NextTurn):
-            return False  # rare (unresolved, waiting): the ledger path decides
-        tx = Tx()
-        for call in calls:
-            key = self.rt.keys.call(run.run_id, call.call_id)
-            try:
-                expect_recorded(tx, CallRecord, key, {"state": call.state, "result": call.result})
-            except ValueError:
-                return False  # not a result at all: the ledger has the real one
-        executing = run.model_copy(update={"status": RunState.EXECUTING})
-        return await self._next_turn(tx, executing, step.calls, delivery)
+        if not result.ok and (facts.carried or binding.broken(result)):
+            return MISMATCH
+        return result.ok
 
     async def _next_turn(
         self, tx: Tx, run: RunRecord, ordered: tuple[CallRecord, ...], delivery: Delivery
-    ) -> bool:
+    ) -> TxResult:
         """Append the turn's results to the history and request the next turn, in ``tx``."""
         adapter = self.adapter(run.api)
-        results = _items(adapter.result_items([_result_input(c) for c in ordered]))
-        self._advance(tx, run, results, reason="next")
+        results = items_json(adapter.result_items([result_input(c) for c in ordered]))
+        self.ledger.advance_turn(tx, run, results, reason="next")
         this_key, next_key = (run.run_id, run.turn), (run.run_id, run.turn + 1)
         started = self._carry.started.get(this_key)
-        carried = None if started is None else self._carry_results(run, started, results)
+        carried = None
+        if started is not None:
+            advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL,
+                                              "turn": run.turn + 1})
+            carried = self._carry.requested.put(
+                next_key, TurnFacts(advanced, [*started.history, *results]))
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:
@@ -462,49 +332,13 @@ class ModelTurn:
             if started is not None:
                 self._carry.started.drop(this_key, started)  # the turn is over
             crash_point("model_turn.after_outbox")
-        return result.ok
-
-    def _carry_results(
-        self, run: RunRecord, started: Started, results: list[bytes]
-    ) -> tuple[RunRecord, list[bytes]]:
-        """Hand the next turn request the run and history this step leaves (`HistoryCarry`)."""
-        advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1})
-        return self._carry.requested.put(
-            (run.run_id, run.turn + 1), (advanced, [*started.history, *results])
-        )
-
-
-def _order(run: RunRecord, calls: list[CallRecord]) -> DecideOrder | None:
-    """The validator's order for ``calls``, unless a tool of theirs marks an argument
-    sensitive: such a value is kept in the ledger's records only, never in a message."""
-    registry = load_registry(run.tool_modules)
-    for call in calls:
-        tool = registry.get(call.tool)
-        if tool is not None and tool.sensitive_fields:
-            return None
-    return decide_order(run, calls)
+        return result
 
 
 def _exists(run_id: str, run: RunRecord | None) -> RunRecord:
     if run is None:
         raise NotFoundError(f"run {run_id} does not exist")
     return run
-
-
-def _items(items: list[dict[str, object]]) -> list[bytes]:
-    return [orjson.dumps(item) for item in items]
-
-
-def _result_input(call: CallRecord) -> ToolResultInput:
-    """What the model is told about one call: its payload, or a structured error."""
-    result = call.result or {"status": "error", "error": {"code": "no_result", "message": ""}}
-    if result["status"] == "ok":
-        return ToolResultInput(call.provider_call_id, _json_text(result["payload"]), False)
-    return ToolResultInput(call.provider_call_id, _json_text({"error": result["error"]}), True)
-
-
-def _json_text(value: object) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

@@ -15,17 +15,17 @@ import logging
 from typing import Any
 
 import aiohttp
-import orjson
 
 from callgate.crashpoints import crash_point
-from callgate.envelopes import CallResult, Envelope, ExecRequest, ReconcileRequest
+from callgate.envelopes import Envelope, ReconcileRequest
 from callgate.errors import EnvelopeError, NotFoundError, ToolError
-from callgate.ledger.tx import Tx
-from callgate.records import CallRecord, RunRecord, error_result, ok_result
-from callgate.states import CallState, RunState
+from callgate.ledger.call_steps import Outcome
+from callgate.logs import log_fields
+from callgate.records import CallRecord, Effect, RunRecord, error_result, ok_result
+from callgate.states import CallState
+from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
-from callgate.streams.worker import Delivery, Handler
-from callgate.tools.contract import Effect, Reconciliation, Tool, call_context, load_registry
+from callgate.tools.contract import Reconciliation, Tool, call_context
 
 log = logging.getLogger("callgate.reconciler")
 
@@ -46,20 +46,16 @@ class Reconciler:
                 raise EnvelopeError(f"reconciler does not handle {message.kind!r}")
 
     async def on_reconcile(self, message: ReconcileRequest) -> None:
-        call = await self.ledger.get_call(message.run_id, message.call_id)
-        run = await self.ledger.get_run(message.run_id)
+        run, [call] = await self.ledger.run_and_calls(message.run_id, [message.call_id])
         if call is None or run is None:
             raise NotFoundError(f"call {message.run_id}/{message.call_id} does not exist")
         if call.state == CallState.UNKNOWN:
-            tx = self.ledger.call_transition(
-                Tx(), call.run_id, call.call_id, [CallState.UNKNOWN], CallState.RECONCILING
-            )
-            if not (await self.ledger.apply(tx)).ok:
+            if not (await self.ledger.apply(self.ledger.claim_reconcile(call))).ok:
                 return
         elif call.state != CallState.RECONCILING:
             return  # settled already
         crash_point("reconciler.after_claim")
-        tool = load_registry(run.tool_modules).get(call.tool)
+        tool = self.rt.registry.get(call.tool)
         if tool is None or (tool.reconcile is None and tool.effect is not Effect.IDEMPOTENT_WRITE):
             raise NotFoundError(f"tool {call.tool!r} cannot reconcile")
         schedule = self.rt.settings.reconcile_schedule_s
@@ -68,7 +64,8 @@ class Reconciler:
                 continue
             await asyncio.sleep(delay_s)
             answer = await self._ask(run, call, tool, attempt)
-            self._note(call, attempt, answer)
+            log.info("reconcile check", extra=log_fields(
+                run_id=call.run_id, call_id=call.call_id, attempt=attempt, found=answer.found))
             if answer.found != "unknown":
                 await self._settle(call, answer, message.chain, tool.sensitive_fields)
                 return
@@ -101,19 +98,6 @@ class Reconciler:
         crash_point("reconciler.after_check")
         return answer
 
-    def _note(self, call: CallRecord, attempt: int, answer: Reconciliation) -> None:
-        log.info(
-            "reconcile check",
-            extra={
-                "fields": {
-                    "run_id": call.run_id,
-                    "call_id": call.call_id,
-                    "attempt": attempt,
-                    "found": answer.found,
-                }
-            },
-        )
-
     async def _settle(
         self,
         call: CallRecord,
@@ -121,81 +105,21 @@ class Reconciler:
         chain: tuple[str, ...],
         sensitive: frozenset[str],
     ) -> None:
-        keys = self.rt.keys
+        reason = f"reconciled: {answer.found}"
         if answer.found == "applied":
-            state, result = CallState.SUCCEEDED, ok_result(answer.result or {})
+            outcome = Outcome(CallState.SUCCEEDED, ok_result(answer.result or {}), reason)
         else:
-            state, result = CallState.FAILED, error_result("not_applied", NOT_APPLIED)
-        tx = self.ledger.call_transition(
-            Tx(),
-            call.run_id,
-            call.call_id,
-            [CallState.RECONCILING],
-            state,
-            fields={"result": result, "reason": f"reconciled: {answer.found}"},
-            sensitive=sensitive,
-        )
-        self.ledger.outbox(
-            tx,
-            keys.run_stream("results", call.run_id),
-            CallResult(run_id=call.run_id, turn=call.turn, call_id=call.call_id, state=state.value),
-        )
-        if chain:
-            self.ledger.outbox(
-                tx,
-                keys.run_stream("exec", call.run_id),
-                ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]),
-            )
+            outcome = Outcome(CallState.FAILED, error_result("not_applied", NOT_APPLIED), reason)
+        tx = self.ledger.settle_reconcile(call, outcome, chain, sensitive)
         await asyncio.shield(self.ledger.apply(tx))
 
     async def _give_up(self, run: RunRecord, call: CallRecord) -> None:
         """Still unknown: pause the run and tell a human; nothing is replayed."""
-        keys = self.rt.keys
-        tx = self.ledger.call_transition(
-            Tx(),
-            call.run_id,
-            call.call_id,
-            [CallState.RECONCILING],
-            CallState.UNRESOLVED,
-            fields={"reason": "outcome still unknown after every reconciliation check"},
-        )
-        reason = (
-            f"write outcome unknown: {call.tool} ({call.call_id}, operation {call.operation_id})"
-        )
-        self.ledger.run_transition(
-            tx,
-            run.run_id,
-            [RunState.EXECUTING, RunState.PAUSED_APPROVAL],
-            RunState.PAUSED_UNKNOWN_OUTCOME,
-            expect_turn=call.turn,
-            fields={"reason": reason},
-        )
-        tx.xadd(
-            keys.run_stream("notify", run.run_id),
-            {
-                "d": orjson.dumps(
-                    {
-                        "type": "unknown_outcome",
-                        "run_id": run.run_id,
-                        "call_id": call.call_id,
-                        "tool": call.tool,
-                        "detail": reason,
-                    }
-                )
-            },
-        )
-        result = await asyncio.shield(self.ledger.apply(tx))
+        result = await asyncio.shield(self.ledger.apply(self.ledger.unresolved(run, call,
+                                                                              pause=True)))
         if not result.ok:
             # The run was not in a state to pause (e.g. cancelled); settle the call alone.
-            tx = self.ledger.call_transition(
-                Tx(),
-                call.run_id,
-                call.call_id,
-                [CallState.RECONCILING],
-                CallState.UNRESOLVED,
-                fields={"reason": "outcome still unknown after every reconciliation check"},
-            )
-            await self.ledger.apply(tx)
+            await self.ledger.apply(self.ledger.unresolved(run, call, pause=False))
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

@@ -17,7 +17,7 @@ from arq.connections import ArqRedis, create_pool
 from arq.jobs import Job
 
 from callgate.config import Settings
-from callgate.errors import CallgateError, NotFoundError
+from callgate.errors import JobFailedError, NotFoundError
 from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
@@ -27,10 +27,6 @@ from callgate.states import RUN_PAUSED, RUN_TERMINAL
 
 WAIT_BLOCK_MS = 1000
 """Longest single XREAD BLOCK; the status is re-read after each (covers lost connections)."""
-
-
-class JobFailedError(CallgateError):
-    """The ``start_run`` job failed (e.g. a tool module that does not import); no run exists."""
 
 
 def settled(status: str) -> bool:
@@ -51,7 +47,7 @@ def call_view(call: CallRecord) -> dict[str, Any]:
         "decision": call.decision,
         "reason": call.reason,
         "attempts": call.attempts,
-        "result": call.result,
+        "result": None if call.result is None else call.result.model_dump(mode="json"),
     }
 
 

@@ -8,8 +8,14 @@ and `ANTHROPIC_API_KEY` themselves, and callgate never overrides them.
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CommaList = Annotated[tuple[str, ...], NoDecode]
+"""A tuple setting written in the environment as ``a,b,c`` (or a JSON array)."""
 
 
 class Settings(BaseSettings):
@@ -24,6 +30,24 @@ class Settings(BaseSettings):
     )
     key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
     partitions: int = Field(default=1, ge=1, le=1024, description="N in hash(run_id) mod N.")
+    tool_modules: CommaList = Field(
+        default=(),
+        description="The deployment's tool registry: modules whose TOOLS (and ACCEPTANCE) lists "
+        "every worker loads at start-up.  A run selects among these tools by name; nothing a "
+        "run or a message says is ever imported.",
+    )
+
+    # How the hot path moves facts and commands (both documented in README "Performance").
+    carry: bool = Field(
+        default=True,
+        description="Messages carry the facts their reader decides on (checked against the "
+        "ledger in the reader's guarded step); off: every reader loads them from the ledger.",
+    )
+    wire: Literal["hiredis", "redis-py"] = Field(
+        default="hiredis",
+        description="Transport of the ledger's hot commands: a bare hiredis connection, or "
+        "plain redis-py.  TLS and Unix sockets always use redis-py.",
+    )
 
     # Consumer-group behaviour (shared/streams/worker.py).
     # Four heartbeats per claim window: a live consumer survives ~0.9 s of stalled event loop,
@@ -93,3 +117,13 @@ class Settings(BaseSettings):
 
     # Retention of finished runs.
     retention_s: int = Field(default=7 * 24 * 3600, ge=1)
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return tuple(orjson.loads(text))
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value

@@ -9,16 +9,14 @@ the stream loop turns into a dead letter with the reason.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from callgate.errors import EnvelopeError
-
-if TYPE_CHECKING:
-    from callgate.records import CallRecord, RunRecord
+from callgate.facts import DecideFacts, ExecFacts
+from callgate.records import CallOutcome
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +26,7 @@ def new_id() -> str:
     return os.urandom(8).hex()
 
 
-class _Envelope(BaseModel):
+class EnvelopeBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     v: Literal[1] = 1
@@ -41,12 +39,12 @@ class _Envelope(BaseModel):
     """The model turn this message belongs to (1-based; 0 before the first turn)."""
 
 
-class _CallEnvelope(_Envelope):
+class CallEnvelopeBase(EnvelopeBase):
     call_id: str = Field(min_length=1, max_length=128)
     """callgate's own id of the call (never the provider's, which the model controls)."""
 
 
-class TurnRequest(_Envelope):
+class TurnRequest(EnvelopeBase):
     """Ask the model_turn worker to run turn ``turn`` of the run."""
 
     kind: Literal["turn_request"] = "turn_request"
@@ -54,98 +52,38 @@ class TurnRequest(_Envelope):
     """Why the turn was requested: start, next, retry, resume, fix_answer."""
 
 
-class ProposedOrder(BaseModel):
-    """One call as model_turn recorded it: what the validator decides on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    call_id: str = Field(min_length=1, max_length=128)
-    index: int = Field(ge=0)
-    tool: str
-    raw_arguments: str
-
-
-class DecideOrder(BaseModel):
-    """A turn's calls and the run's authority, written in the same step as the call records:
-    all the validator decides from, so it need not read the ledger first.  Its step is
-    guarded on these very values in the ledger, so an order that does not match them (stale
-    or forged) writes nothing and the validator decides from the ledger instead."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    identity: dict[str, Any]
-    tool_modules: tuple[str, ...]
-    allowed_tools: tuple[str, ...] | None
-    batch_policy: Literal["hold_effects", "run_allowed"]
-    approval_ttl_s: float | None
-    calls: tuple[ProposedOrder, ...] = Field(min_length=1)
-
-
-def decide_order(run: RunRecord, calls: Sequence[CallRecord]) -> DecideOrder:
-    """The `DecideOrder` of ``calls`` of ``run``, as the ledger holds them."""
-    return DecideOrder(
-        identity=run.identity,
-        tool_modules=tuple(run.tool_modules),
-        allowed_tools=None if run.allowed_tools is None else tuple(run.allowed_tools),
-        batch_policy=run.batch_policy,
-        approval_ttl_s=run.approval_ttl_s,
-        calls=tuple(
-            ProposedOrder(
-                call_id=c.call_id, index=c.index, tool=c.tool, raw_arguments=c.raw_arguments
-            )
-            for c in calls
-        ),
-    )
-
-
-class ValidateRequest(_Envelope):
+class ValidateRequest(EnvelopeBase):
     """Ask the validator to decide every call the model requested in ``turn``."""
 
     kind: Literal["validate_request"] = "validate_request"
     call_ids: tuple[str, ...] = Field(min_length=1)
     """The turn's calls, in provider order."""
-    order: DecideOrder | None = None
-    """What model_turn recorded (`DecideOrder`); without it the validator reads the ledger."""
+    facts: DecideFacts | None = None
+    """What model_turn recorded, when it carries it (`callgate.facts`)."""
 
 
-class ReadOrder(BaseModel):
-    """An allowed read as the validator decided it, written in the same step as the decision:
-    all an executor needs to run it without reading the ledger first (its outcome step is
-    still guarded on the call being ``allowed``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    tool: str = Field(min_length=1, max_length=128)
-    tool_version: str = Field(min_length=1, max_length=64)
-    tool_modules: tuple[str, ...]
-    arguments: dict[str, Any]
-    identity: dict[str, Any]
-
-
-class ExecRequest(_CallEnvelope):
+class ExecRequest(CallEnvelopeBase):
     """Ask an executor to run one allowed or approved call."""
 
     kind: Literal["exec_request"] = "exec_request"
     chain: tuple[str, ...] = ()
     """Calls on the same resource to run after this one, in order, once it is terminal."""
-    read: ReadOrder | None = None
-    """Set for an allowed read (`ReadOrder`); writes and approved calls are read from the
-    ledger, where their take and approval binding are checked."""
+    facts: ExecFacts | None = None
+    """The call as the validator decided it, when carried (`callgate.facts`)."""
 
 
-class CallResult(_CallEnvelope):
+class CallResult(CallEnvelopeBase):
     """A call reached a state the loop waits for."""
 
     kind: Literal["call_result"] = "call_result"
     state: str
     """The call's state when the message was written (succeeded, failed, rejected, …)."""
-    result: dict[str, Any] | None = None
-    """The result recorded in the same step, when its writer had it at hand: model_turn may
-    then append a turn's results without reading its calls back, in a step guarded on the
-    ledger holding these very states and results.  None: read the ledger."""
+    result: CallOutcome | None = None
+    """The result recorded in the same step, when carried: model_turn may then append a
+    turn's results without reading its calls back (`callgate.facts.SettledCall`)."""
 
 
-class ReconcileRequest(_CallEnvelope):
+class ReconcileRequest(CallEnvelopeBase):
     """Ask the reconciler whether a write with an unknown outcome took effect."""
 
     kind: Literal["reconcile_request"] = "reconcile_request"
@@ -155,7 +93,7 @@ class ReconcileRequest(_CallEnvelope):
     """Calls on the same resource waiting for this one to be resolved."""
 
 
-class ApprovalDecision(_CallEnvelope):
+class ApprovalDecision(CallEnvelopeBase):
     """A human's decision on a pending approval, posted by the Slack bot or the CLI."""
 
     kind: Literal["approval_decision"] = "approval_decision"
@@ -169,7 +107,30 @@ class ApprovalDecision(_CallEnvelope):
     source: Literal["slack", "cli", "api"] = "cli"
 
 
-class ApprovalExpired(_CallEnvelope):
+class ApprovalRequested(CallEnvelopeBase):
+    """Notify: a call waits for a human's approval (posted by the validator's step)."""
+
+    kind: Literal["approval_requested"] = "approval_requested"
+    approval_id: str = Field(min_length=1, max_length=128)
+    tool: str
+    args_hash: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any]
+    """The canonical arguments with every field the tool marks sensitive redacted."""
+    approver_role: str
+    requested_by: str
+    expires_ms: int
+
+
+class OutcomeUnknown(CallEnvelopeBase):
+    """Notify: a write's outcome stayed unknown after every check; a person must resolve it."""
+
+    kind: Literal["outcome_unknown"] = "outcome_unknown"
+    tool: str
+    operation_id: str | None
+    detail: str
+
+
+class ApprovalExpired(CallEnvelopeBase):
     """A pending approval's expiry time came (posted by the arq deferred job)."""
 
     kind: Literal["approval_expired"] = "approval_expired"
@@ -183,7 +144,9 @@ Envelope = Annotated[
     | CallResult
     | ReconcileRequest
     | ApprovalDecision
-    | ApprovalExpired,
+    | ApprovalExpired
+    | ApprovalRequested
+    | OutcomeUnknown,
     Field(discriminator="kind"),
 ]
 """Any stream message; dispatch on ``.kind`` with `typing.assert_never` in the default."""
@@ -191,7 +154,7 @@ Envelope = Annotated[
 _adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 
 
-def encode(message: _Envelope) -> bytes:
+def encode(message: EnvelopeBase) -> bytes:
     return orjson.dumps(message.model_dump(mode="json"))
 
 

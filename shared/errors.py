@@ -6,8 +6,11 @@ from the error alone::
     CallgateError                  retryable=False unless stated
     ├── EnvelopeError              a stream message that is not a valid envelope
     ├── TransitionError            a state change the state machine forbids
+    ├── TxRejectedError            the ledger's script refused an op (a bug, never retried)
     ├── ConflictError              a compare-and-set lost ("already taken")
     ├── NotFoundError              a run, call or approval that does not exist
+    ├── RunSpecError               a run spec that does not validate; lists every problem
+    ├── JobFailedError             the ``start_run`` job failed; no run exists
     ├── RedisUnavailableError      the store did not answer (retryable)
     ├── ToolError                  a tool's own failure, carried to the model as a result
     └── ProviderError              a model request that failed, classified
@@ -47,6 +50,11 @@ class TransitionError(CallgateError):
         self.to_state = to_state
 
 
+class TxRejectedError(CallgateError):
+    """The ledger's script refused an op before writing anything (e.g. the key has another
+    type).  A programming or data error, not a lost race, so it is never retried."""
+
+
 class ConflictError(CallgateError):
     """Somebody else already made this transition; the loser must not act."""
 
@@ -58,6 +66,18 @@ class ConflictError(CallgateError):
 
 class NotFoundError(CallgateError):
     """The record a message refers to does not exist."""
+
+
+class RunSpecError(CallgateError):
+    """A run spec that does not validate; ``problems`` lists ``field: message`` lines."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid run spec: " + "; ".join(problems))
+        self.problems = problems
+
+
+class JobFailedError(CallgateError):
+    """The ``start_run`` job failed (e.g. a spec the ingress refused); no run exists."""
 
 
 class RedisUnavailableError(CallgateError):

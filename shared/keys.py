@@ -71,6 +71,10 @@ class Keys:
         """Sorted set of the partition's live run ids by ``deadline_ms`` (ingress's sweep)."""
         return f"{self.tag(partition)}:deadlines"
 
+    def runs_index(self, partition: int) -> str:
+        """Sorted set of the partition's run ids by creation time, in the partition's slot."""
+        return f"{self.tag(partition)}:runs"
+
     # Streams.
     def stream(self, kind: str, partition: int) -> str:
         return f"{self.tag(partition)}:{kind}"
@@ -88,10 +92,6 @@ class Keys:
         """The dead-letter stream in the same slot as ``stream``."""
         tag_end = stream.index("}") + 1
         return f"{stream[:tag_end]}:dead"
-
-    # Global indexes (not per run; never part of a multi-key atomic step).
-    def runs_index(self) -> str:
-        return f"{self.prefix}:runs"
 
     def bench(self, name: str) -> str:
         """Benchmark bookkeeping (`callgate.ops.bench`): timings, the floor relay's streams and

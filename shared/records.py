@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable, Mapping
-from enum import Enum
+from enum import Enum, StrEnum
 from functools import cache
 from typing import Annotated, Any, Literal, Self
 
@@ -29,11 +29,68 @@ RAW_ARGUMENTS_MAX_BYTES = 16_384
 """The model's raw argument text is kept for audit, cut to this many UTF-8 bytes."""
 
 Api = Literal["openai-responses", "openai-chat", "anthropic-messages"]
-Effect = Literal["read", "idempotent_write", "write"]
 HashValue = str | bytes
 BatchPolicy = Literal["hold_effects", "run_allowed"]
 """What runs while some calls of a batch wait for a human: ``hold_effects`` (default) runs
 only reads until every call is decided; ``run_allowed`` also runs allowed writes at once."""
+
+
+class Effect(StrEnum):
+    """What running a tool does to the world; decides retry and reconciliation."""
+
+    READ = "read"
+    """No external effect: safe to redo after a crash or a lost answer."""
+    IDEMPOTENT_WRITE = "idempotent_write"
+    """An effect the downstream deduplicates by the operation id: retried with the same id."""
+    WRITE = "write"
+    """An effect that must never be repeated: a lost answer is reconciled, never replayed."""
+
+
+class OkResult(BaseModel):
+    """A call's result when the tool succeeded: what its system returned."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: Literal["ok"] = "ok"
+    payload: Any
+    """The tool's answer as JSON (what the model is told)."""
+
+
+class ErrorDetail(BaseModel):
+    """A structured error, safe to show the model: a stable code and a sentence."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str = Field(min_length=1, max_length=128)
+    message: str
+
+
+class ErrorResult(BaseModel):
+    """A call's result when it failed or was refused; the model sees ``error``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+CallOutcome = Annotated[OkResult | ErrorResult, Field(discriminator="status")]
+"""Every call that reaches the model ends with exactly one of these (stored as JSON)."""
+
+
+def ok_result(payload: Any) -> OkResult:
+    """A call's result when the tool succeeded."""
+    return OkResult(payload=payload)
+
+
+def error_result(code: str, message: str) -> ErrorResult:
+    """A call's result when it failed or was refused; the model sees ``code`` and ``message``."""
+    return ErrorResult(error=ErrorDetail(code=code, message=message))
+
+
+def result_code(result: OkResult | ErrorResult) -> str:
+    """``ok``, or the error's code: how events and traces show a result."""
+    return "ok" if isinstance(result, OkResult) else result.error.code
 
 
 class _Record(BaseModel):
@@ -92,9 +149,8 @@ class RunRecord(_Record):
     usage_output_tokens: int = 0
     identity: dict[str, Any] = Field(default_factory=dict)
     """Who the run acts for; the validator's authorization input."""
-    tool_modules: list[str] = Field(default_factory=list)
-    allowed_tools: list[str] | None = None
-    """None: every tool of ``tool_modules``."""
+    allowed_tools: list[str] = Field(default_factory=list)
+    """The registered tools this run may use, fixed when it is created."""
     batch_policy: BatchPolicy = "hold_effects"
     approval_ttl_s: float | None = None
     """How long a pending approval of this run lives; None: the deployment's default."""
@@ -104,29 +160,6 @@ class RunRecord(_Record):
     created_ms: int = 0
     updated_ms: int = 0
     extra: dict[str, Any] = Field(default_factory=dict)
-
-
-def ok_result(payload: Any) -> dict[str, Any]:
-    """A call's result when the tool succeeded."""
-    return {"status": "ok", "payload": payload}
-
-
-def error_result(code: str, message: str) -> dict[str, Any]:
-    """A call's result when it failed or was refused; the model sees ``code`` and ``message``."""
-    return {"status": "error", "error": {"code": code, "message": message}}
-
-
-def check_result(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Accept only ``{"status": "ok", "payload"}`` or ``{"status": "error", "error": {…}}``."""
-    if value is None:
-        return None
-    status = value.get("status")
-    if status == "ok" and "payload" in value:
-        return value
-    error = value.get("error")
-    if status == "error" and isinstance(error, dict) and {"code", "message"} <= error.keys():
-        return value
-    raise ValueError(f"not a call result: {value!r:.200}")
 
 
 def truncate_utf8(text: str, max_bytes: int) -> str:
@@ -166,7 +199,7 @@ class CallRecord(_Record):
     operation_id: str | None = None
     """The idempotency key sent downstream; fixed before the first attempt."""
     attempts: int = 0
-    result: Annotated[dict[str, Any] | None, AfterValidator(check_result)] = None
+    result: CallOutcome | None = None
     executor: str | None = None
     """The consumer that took the call to ``executing``."""
     created_ms: int = 0

@@ -14,21 +14,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from callgate.envelopes import new_id
-from callgate.errors import CallgateError
+from callgate.errors import RunSpecError
 from callgate.records import Api, BatchPolicy, RunRecord
 from callgate.states import RunState
 
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ACCEPTANCE_RULES = frozenset({"contains", "json_schema", "validator"})
-
-
-class RunSpecError(CallgateError):
-    """A run spec that does not validate; ``problems`` lists ``field: message`` lines."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid run spec: " + "; ".join(problems))
-        self.problems = problems
 
 
 class RunSpec(BaseModel):
@@ -48,10 +40,9 @@ class RunSpec(BaseModel):
     identity: dict[str, Any]
     """Who the run acts for; must name at least ``user``. Authorization input, never trusted
     from the model."""
-    tool_modules: list[str] = Field(default_factory=list, max_length=32)
-    """Dotted module names whose tools the run may use."""
     allowed_tools: list[str] | None = Field(default=None, max_length=256)
-    """A narrower allow-list of tool names; None means every tool of ``tool_modules``."""
+    """The tools the run may use, by name, among those the deployment registered
+    (``CALLGATE_TOOL_MODULES``); None means every registered tool.  A spec never names code."""
     max_turns: int = Field(default=10, ge=1, le=1000)
     max_total_tokens: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
@@ -73,14 +64,6 @@ class RunSpec(BaseModel):
             raise ValueError('identity must name a non-empty "user"')
         return value
 
-    @field_validator("tool_modules")
-    @classmethod
-    def _modules_are_dotted_names(cls, value: list[str]) -> list[str]:
-        bad = [m for m in value if not _MODULE.match(m)]
-        if bad:
-            raise ValueError(f"not a dotted module name: {', '.join(map(repr, bad))}")
-        return value
-
     @field_validator("acceptance")
     @classmethod
     def _known_acceptance_rule(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -88,6 +71,10 @@ class RunSpec(BaseModel):
             raise ValueError(
                 f"acceptance must be exactly one of {sorted(ACCEPTANCE_RULES)}, got {sorted(value)}"
             )
+        name = (value or {}).get("validator")
+        if name is not None and (not isinstance(name, str) or not _NAME.match(name)):
+            raise ValueError(f"acceptance.validator names a validator the deployment "
+                             f"registered, never code to import: {name!r} is not such a name")
         return value
 
 
@@ -103,11 +90,18 @@ def parse_spec(data: object) -> RunSpec:
         raise RunSpecError([_problem(e) for e in exc.errors()]) from exc
 
 
+NAMES_CODE = {
+    "tool_modules": "a run may not name code to import: the deployment registers tool modules "
+    "(CALLGATE_TOOL_MODULES) and a run selects its tools by name (allowed_tools)",
+}
+"""Fields older specs had that named code; refused with what to do instead."""
+
+
 def _problem(error: Any) -> str:
     where = ".".join(str(p) for p in error["loc"]) or "spec"
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
-        message = "unknown field"
+        message = NAMES_CODE.get(where, "unknown field")
     elif error["type"] == "missing":
         message = "required"
     return f"{where}: {message}"
@@ -120,8 +114,9 @@ def with_run_id(spec: RunSpec) -> RunSpec:
     return spec.model_copy(update={"run_id": f"run-{new_id()}"})
 
 
-def to_run_record(spec: RunSpec, now_ms: int) -> RunRecord:
-    """The run record a new run starts with: awaiting the model for turn 1."""
+def to_run_record(spec: RunSpec, now_ms: int, allowed_tools: list[str]) -> RunRecord:
+    """The run record a new run starts with: awaiting the model for turn 1, allowed exactly
+    ``allowed_tools`` (the spec's selection, checked against the deployment's registry)."""
     if spec.run_id is None:
         raise RunSpecError(["run_id: required to create a run"])
     deadline_ms = None if spec.deadline_s is None else now_ms + int(spec.deadline_s * 1000)
@@ -137,8 +132,7 @@ def to_run_record(spec: RunSpec, now_ms: int) -> RunRecord:
         max_total_tokens=spec.max_total_tokens,
         deadline_ms=deadline_ms,
         identity=dict(spec.identity),
-        tool_modules=list(spec.tool_modules),
-        allowed_tools=None if spec.allowed_tools is None else list(spec.allowed_tools),
+        allowed_tools=allowed_tools,
         batch_policy=spec.batch_policy,
         approval_ttl_s=spec.approval_ttl_s,
         acceptance=spec.acceptance,

@@ -10,7 +10,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from callgate.config import Settings
+from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
 from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.standins.demo import TOOL_MODULES as DEMO_TOOLS
+
+TEST_TOOLS = (*DEMO_TOOLS, BENCH_TOOLS)
+"""What a test deployment registers: the demo's tools and the benchmark's."""
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +30,7 @@ def settings(redis_server: EmbeddedRedis) -> Settings:
     return Settings(
         redis_url=redis_server.url,
         key_prefix=f"t{uuid.uuid4().hex[:10]}",
+        tool_modules=TEST_TOOLS,
         claim_idle_ms=300,
         heartbeat_ms=100,
         read_block_ms=50,
@@ -47,6 +53,7 @@ def subprocess_env(settings: Settings) -> dict[str, str]:
     env.update(
         REDIS_URL=settings.redis_url,
         CALLGATE_KEY_PREFIX=settings.key_prefix,
+        CALLGATE_TOOL_MODULES=",".join(settings.tool_modules),
         CALLGATE_CLAIM_IDLE_MS=str(settings.claim_idle_ms),
         CALLGATE_HEARTBEAT_MS=str(settings.heartbeat_ms),
         CALLGATE_READ_BLOCK_MS=str(settings.read_block_ms),

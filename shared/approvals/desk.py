@@ -16,10 +16,11 @@ from typing import Literal
 import redis.asyncio as aioredis
 
 from callgate.approvals.record import ApprovalRecord
-from callgate.envelopes import ApprovalDecision, encode
+from callgate.envelopes import ApprovalDecision
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger, redis_errors
 from callgate.records import Event
+from callgate.streams.commands import post
 
 DecisionKind = Literal["approve", "deny"]
 OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused"})
@@ -96,9 +97,7 @@ class ApprovalDesk:
             source=source,
         )
         with redis_errors():
-            await self.redis.xadd(
-                self.keys.run_stream("approvals", record.run_id), {"d": encode(message)}
-            )
+            await post(self.redis, self.keys.run_stream("approvals", record.run_id), message)
         return message
 
     async def last_event_id(self, run_id: str) -> str:

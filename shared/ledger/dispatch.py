@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from callgate.envelopes import CallResult, ExecRequest, ReadOrder
-from callgate.ledger.store import Ledger
+from callgate.envelopes import CallResult, ExecRequest
+from callgate.facts import ExecFacts
+from callgate.ledger.base import LedgerBase
 from callgate.ledger.tx import Tx
 from callgate.states import CallState
 
@@ -28,43 +29,40 @@ class Decided:
     state: CallState
     is_write: bool
     resource_key: str | None
-    read: ReadOrder | None = None
-    """An allowed read's order, sent with its exec message (see `ReadOrder`)."""
+    facts: ExecFacts | None = None
+    """The facts its executor runs it on, carried in its exec message (`callgate.facts`)."""
 
 
 def dispatch(
-    ledger: Ledger,
+    steps: LedgerBase,
     tx: Tx,
     run_id: str,
     turn: int,
     calls: Sequence[Decided],
     *,
-    reads: bool = True,
     writes: bool = True,
 ) -> Tx:
     """Append the exec and result messages for ``calls`` (``writes=False`` holds writes)."""
-    keys = ledger.keys
-    chains: dict[str, list[str]] = {}
+    keys = steps.keys
+    chains: dict[str, list[Decided]] = {}
     for call in sorted(calls, key=lambda c: c.index):
         if call.state in REPORT_NOW:
-            ledger.outbox(
+            steps.outbox(
                 tx,
                 keys.run_stream("results", run_id),
                 CallResult(run_id=run_id, turn=turn, call_id=call.call_id, state=call.state.value),
             )
-        elif call.state in RUNNABLE and not call.is_write and reads:
-            ledger.outbox(
+        elif call.state in RUNNABLE and not call.is_write:
+            steps.outbox(
                 tx,
                 keys.run_stream("exec", run_id),
-                ExecRequest(run_id=run_id, turn=turn, call_id=call.call_id, read=call.read),
+                ExecRequest(run_id=run_id, turn=turn, call_id=call.call_id, facts=call.facts),
             )
-        elif call.state in RUNNABLE and call.is_write and writes:
-            chains.setdefault(call.resource_key or "", []).append(call.call_id)
+        elif call.state in RUNNABLE and writes:
+            chains.setdefault(call.resource_key or "", []).append(call)
     for resource in sorted(chains):
         first, *rest = chains[resource]
-        ledger.outbox(
-            tx,
-            keys.run_stream("exec", run_id),
-            ExecRequest(run_id=run_id, turn=turn, call_id=first, chain=tuple(rest)),
-        )
+        request = ExecRequest(run_id=run_id, turn=turn, call_id=first.call_id,
+                              chain=tuple(c.call_id for c in rest), facts=first.facts)
+        steps.outbox(tx, keys.run_stream("exec", run_id), request)
     return tx

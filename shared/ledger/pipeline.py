@@ -7,11 +7,13 @@ is queued and its caller gets a future; the queue is flushed by a callback sched
 event loop, so every request made by the tasks that run before it rides in the same pipeline:
 one write, one round trip.  There is no linger timer, so a lone request waits for nothing.
 
-The hot commands (`WIRE_COMMANDS`: reading records and history, the Lua step) go over a
-connection of its own, written and parsed with hiredis directly (`callgate.ledger.wire`): the
-redis-py pipeline machinery around each command cost more CPU than Redis spends answering
-it.  A flush holding any other command, or a client that is not plain TCP (TLS, a Unix
-socket), takes redis-py's pipeline as before; replies are the same either way.
+Only the ledger's own commands come through here (`WIRE_COMMANDS`: reading records and
+history, the Lua step); any other is a programming error, refused at once.  They go over a
+connection of their own, written and parsed with hiredis directly (`callgate.ledger.wire`):
+the redis-py pipeline machinery around each command costs more CPU than Redis spends
+answering it.  With ``CALLGATE_WIRE=redis-py``, or a client that is not plain TCP (TLS, a
+Unix socket), every flush takes redis-py's pipeline instead; replies are the same either way,
+and which transport runs is logged once.
 
 What does not change: each command is still a separate command (no MULTI around a batch; a
 Lua step stays atomic on its own, and independent of its neighbours), and each caller gets
@@ -24,12 +26,16 @@ must not go through here.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis.asyncio as aioredis
 
 from callgate.ledger.wire import WIRE_COMMANDS, Wire, WireAddress, wire_address
+
+log = logging.getLogger("callgate.ledger")
+Transport = Literal["hiredis", "redis-py"]
 
 Command = tuple[Any, ...]
 """``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
@@ -41,9 +47,14 @@ T = TypeVar("T")
 class AutoPipeline:
     """Coalesces the requests of one event loop iteration into one pipelined round trip."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: aioredis.Redis, transport: Transport = "hiredis") -> None:
         self._redis = redis
-        self._address: WireAddress | None = wire_address(redis)
+        self._address: WireAddress | None = None
+        if transport == "hiredis":
+            self._address = wire_address(redis)
+            if self._address is None:
+                log.info("ledger commands use redis-py: the connection is TLS or a Unix socket")
+        self.transport: Transport = "hiredis" if self._address is not None else "redis-py"
         self._wire: Wire | None = None
         self._connecting: asyncio.Task[Wire] | None = None
         self._queue: Batch = []
@@ -54,7 +65,12 @@ class AutoPipeline:
 
     def send(self, commands: Sequence[Command]) -> asyncio.Future[list[Any]]:
         """Queue ``commands``; the future gets their replies, a Redis error in place of the
-        reply of a command that failed, or the exception that failed the whole flush."""
+        reply of a command that failed, or the exception that failed the whole flush.
+
+        `ValueError` for a command that is not one of the ledger's (`WIRE_COMMANDS`)."""
+        for command in commands:
+            if command[0] not in WIRE_COMMANDS:
+                raise ValueError(f"{command[0]!r} is not a ledger command; use the client")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._queue.append((commands, future))
@@ -76,9 +92,7 @@ class AutoPipeline:
         batch, self._queue = self._queue, []
         if not batch:
             return
-        if self._address is not None and all(
-            command[0] in WIRE_COMMANDS for commands, _ in batch for command in commands
-        ):
+        if self._address is not None:
             wire = self._wire
             if wire is not None and wire.usable():
                 self.flushes += 1

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 from redis.crc import key_slot
 
-from callgate.errors import CallgateError, ConflictError
+from callgate.errors import ConflictError, TxRejectedError
 
 Value = str | bytes | int | float
 """What may be stored: str as is, UTF-8 bytes as text, numbers in their decimal form."""
@@ -53,15 +53,8 @@ def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
-class TxRejectedError(CallgateError):
-    """The script refused an op before writing anything (e.g. the key has another type).
-
-    This is a programming or data error, not a lost race, so it is never retried.
-    """
-
-
 class Guard(NamedTuple):
-    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx`` or ``fnx``.
+    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx``, ``fnx`` or ``len``.
 
     A tuple, not a frozen dataclass: a step builds a dozen, and a frozen dataclass sets
     each field through ``object.__setattr__``."""
@@ -176,6 +169,10 @@ class Tx:
     def expect_field_missing(self, key: str, field: str) -> Tx:
         """``field`` must not be set in hash ``key``; on failure ``actual`` is its value."""
         return self._guard(Guard("fnx", key, field), [field])
+
+    def expect_length(self, key: str, length: int) -> Tx:
+        """List ``key`` must hold exactly ``length`` items; on failure ``actual`` is its length."""
+        return self._guard(Guard("len", key, "", (str(length),)), [str(length)])
 
     # Ops, applied in order once every guard holds.
     def hset(self, key: str, mapping: Mapping[str, Value]) -> Tx:

@@ -3,9 +3,12 @@
 Commands are written back to back and Redis answers in order, so a reply is matched to its
 request by position: a FIFO of waiting requests, nothing else.  Replies take the shapes
 redis-py gives for the same commands (bytes, lists, ``HGETALL`` as a dict; an error reply
-becomes redis-py's own exception class, e.g. `NoScriptError`), so callers cannot tell which
-path answered.  A lost connection fails every request still waiting with redis-py's
+becomes one of redis-py's public exception classes, e.g. `NoScriptError`), so callers cannot
+tell which path answered.  A lost connection fails every request still waiting with redis-py's
 `ConnectionError`, like a failed pipeline; the next flush connects again.
+
+Only plain TCP speaking RESP2 with bytes replies takes this path (`wire_address`); TLS and
+Unix sockets use redis-py (`callgate.ledger.pipeline` says which, once, at start-up).
 """
 
 from __future__ import annotations
@@ -19,11 +22,28 @@ from typing import Any, cast
 
 import hiredis
 import redis.asyncio as aioredis
-from redis._parsers.base import BaseParser
+from redis import exceptions
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-_error = cast(Callable[[str], Exception], BaseParser.parse_error)
-"""redis-py's mapping of an error reply to its exception class."""
+_ERROR_CLASSES: dict[str, type[exceptions.RedisError]] = {
+    "NOSCRIPT": exceptions.NoScriptError,
+    "READONLY": exceptions.ReadOnlyError,
+    "NOPERM": exceptions.NoPermissionError,
+    "EXECABORT": exceptions.ExecAbortError,
+    "LOADING": exceptions.BusyLoadingError,
+    "OOM": exceptions.OutOfMemoryError,
+}
+"""Error reply prefix → the public redis-py class the same reply becomes on redis-py's path
+(the ones a ledger command can meet; every other error is a `ResponseError`)."""
+
+
+def _error(reply: str) -> Exception:
+    """The exception redis-py raises for this error reply."""
+    code, _, message = reply.partition(" ")
+    if code in ("NOAUTH", "WRONGPASS"):
+        return exceptions.AuthenticationError(message)
+    cls = _ERROR_CLASSES.get(code)
+    return cls(message) if cls is not None else exceptions.ResponseError(reply)
 
 
 def _pairs(reply: list[bytes]) -> dict[bytes, bytes]:

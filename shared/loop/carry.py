@@ -8,10 +8,11 @@ same turn, if this process handles it, need not read them back.  Two hand-overs:
   left them (a turn's call list is written once, so each result saves reading it) and its
   history, assistant items included, for the step that appends the results.  Results that
   arrive with their outcome (`CallResult.result`) are collected here: once every call's is
-  in hand, that step need not read the calls back either; it is guarded on the ledger
-  holding those outcomes, and reads the ledger if it does not;
+  in hand, that step need not read the calls back either (`settled`); it binds the outcomes
+  (`callgate.facts.SettledCall`), so it decides from the ledger if they do not hold;
 * *requested*: a turn whose results were appended and whose next turn was requested — the run
-  record as that step left it and the history, for the turn request.
+  record as that step left it and the history (`TurnFacts`), for the turn request; its steps
+  are guarded on the history's length.
 
 An entry is put *before* its step is applied: the message that leads to its use is written by
 that step, so the use can never come first.  It is dropped if the step did not apply.  A miss
@@ -29,7 +30,7 @@ from typing import Generic, TypeVar
 
 from callgate.envelopes import CallResult
 from callgate.records import CallRecord, RunRecord
-from callgate.states import CallState
+from callgate.states import CallState, RunState
 
 _CALL_STATES = frozenset(state.value for state in CallState)
 Key = tuple[str, int]
@@ -60,6 +61,34 @@ class _Bounded(Generic[V]):
             del self._items[key]
 
 
+WAITING_FOR_RESULTS = frozenset({
+    RunState.VALIDATING,
+    RunState.EXECUTING,
+    RunState.PAUSED_APPROVAL,
+    RunState.PAUSED_UNKNOWN_OUTCOME,
+})
+"""The states a run waits in while its turn's calls settle."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFacts:
+    """What a turn is taken from: the run as its last step left it, and its history."""
+
+    run: RunRecord
+    history: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class JoinFacts:
+    """A turn's calls as the step that joins their results decides on them.  ``carried``:
+    from result messages, with the run as this process last wrote it (``executing`` once
+    every call is terminal); a step on them that does not apply decides from the ledger."""
+
+    run: RunRecord
+    calls: tuple[CallRecord, ...]
+    carried: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class Started:
     run: RunRecord
@@ -79,22 +108,20 @@ class Started:
         if any(call.call_id == message.call_id for call in self.calls):
             self.results[message.call_id] = message
 
-    def settled(self) -> tuple[CallRecord, ...] | None:
+    def settled(self) -> JoinFacts | None:
         """Every call with the outcome its result message carried, once all are in hand."""
         if len(self.results) != len(self.calls):
             return None
-        return tuple(
-            call.model_copy(
-                update={
-                    "state": CallState(self.results[call.call_id].state),
-                    "result": self.results[call.call_id].result,
-                }
-            )
+        calls = tuple(
+            call.model_copy(update={"state": CallState(self.results[call.call_id].state),
+                                    "result": self.results[call.call_id].result})
             for call in self.calls
         )
+        executing = self.run.model_copy(update={"status": RunState.EXECUTING})
+        return JoinFacts(executing, calls, carried=True)
 
 
 class HistoryCarry:
     def __init__(self, limit: int) -> None:
         self.started: _Bounded[Started] = _Bounded(limit)
-        self.requested: _Bounded[tuple[RunRecord, list[bytes]]] = _Bounded(limit)
+        self.requested: _Bounded[TurnFacts] = _Bounded(limit)

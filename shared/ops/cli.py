@@ -65,7 +65,7 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "input": args.input,
         "identity": args.identity,
-        "tool_modules": [m.strip() for m in args.tools.split(",") if m.strip()],
+        "allowed_tools": [t.strip() for t in args.tools.split(",") if t.strip()] or None,
         "max_turns": args.max_turns,
     }
     optional = {"instructions": args.instructions, "run_id": args.run_id,
@@ -126,10 +126,14 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     """Every worker as its own supervised process, until SIGINT/SIGTERM."""
     sigterm_as_interrupt()
+    modules = None if args.tools is None else tuple(
+        m.strip() for m in args.tools.split(",") if m.strip()
+    )
     spec = SystemSpec(
         services=(),
         scripted_model=False,
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
+        tool_modules=modules,
         grace_s=args.grace,
     )
     system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
@@ -154,15 +158,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from callgate.ops.demo import DEMOS
-
     parser = argparse.ArgumentParser(prog="callgate", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    for name, handler, text in (("status", cmd_status, "the run record as JSON"),
+                                ("view", cmd_view, "the run and its calls as JSON"),
+                                ("trace", cmd_trace, "the run's event log as a table")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("run_id")
+        cmd.set_defaults(handler=handler)
+    _add_up_and_demo(sub)
+    for module in COMMAND_MODULES:
+        try:
+            command = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise  # the module exists but one of its own imports is missing
+            continue
+        command.add_command(sub)
+    return parser
 
+
+def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="submit a run")
     run.add_argument("--api", choices=APIS, required=True)
     run.add_argument("--model", required=True)
-    run.add_argument("--tools", default="", help="tool modules, comma-separated")
+    run.add_argument("--tools", default="",
+                     help="the registered tools the run may use, comma-separated (default: all)")
     run.add_argument("--identity", type=_json_object, required=True, help='e.g. {"user": "alice"}')
     run.add_argument("--input", required=True)
     run.add_argument("--instructions")
@@ -174,15 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=120.0, help="seconds --wait may take")
     run.set_defaults(handler=cmd_run)
 
-    for name, handler, text in (("status", cmd_status, "the run record as JSON"),
-                                ("view", cmd_view, "the run and its calls as JSON"),
-                                ("trace", cmd_trace, "the run's event log as a table")):
-        cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("run_id")
-        cmd.set_defaults(handler=handler)
+
+def _add_up_and_demo(sub: Any) -> None:
+    from callgate.ops.demo import DEMOS
 
     up = sub.add_parser("up", help="start every worker (and Redis if none answers)")
     up.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    up.add_argument("--tools", help="tool modules the workers register, comma-separated "
+                    "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
     up.set_defaults(handler=cmd_up)
 
     demo = sub.add_parser("demo", help="run a demo end to end")
@@ -195,16 +216,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=float, default=60.0)
     demo.add_argument("--verbose", action="store_true", help="stream every process's output")
     demo.set_defaults(handler=cmd_demo)
-
-    for module in COMMAND_MODULES:
-        try:
-            command = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):
-                raise  # the module exists but one of its own imports is missing
-            continue
-        command.add_command(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from callgate.ops.stack import Progress, progress_to_stderr
 from callgate.ops.supervisor import prefix_sink, quiet_sink
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.ops.trace import render
+from callgate.tools.registry import load_registry
 
 REAL_MODELS = {
     "openai-responses": "gpt-4.1-mini",
@@ -92,7 +93,7 @@ def run_spec(demo: Demo, options: DemoOptions, api: str, model: str) -> dict[str
         "input": options.input or demo.question,
         "instructions": demo.instructions,
         "identity": {"user": "alice"},
-        "tool_modules": [demo.tool_module],
+        "allowed_tools": list(load_registry([demo.tool_module]).names()),
         "max_turns": 6,
     }
 

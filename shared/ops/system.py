@@ -23,6 +23,7 @@ from callgate.envelopes import new_id
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port, redis_answers
 from callgate.ops.stack import WORKERS, available_workers, base_env, default_redis_url, worker_argv
 from callgate.ops.supervisor import Supervisor, quiet_sink
+from callgate.standins.demo import TOOL_MODULES as DEMO_TOOL_MODULES
 
 LISTENING = r"listening on (http://\S+)"
 START_TIMEOUT_S = 20.0
@@ -62,6 +63,9 @@ class SystemSpec:
     """Use exactly this Redis (overrides ``redis``)."""
     key_prefix: str | None = None
     """None: a fresh prefix, so this system never mixes with another on the same Redis."""
+    tool_modules: tuple[str, ...] | None = None
+    """The tool registry every worker loads (``CALLGATE_TOOL_MODULES``); None: the environment's,
+    else the demo's tools."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for every child (settings such as CALLGATE_APPROVERS)."""
     worker_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -88,6 +92,9 @@ class LocalSystem:
         """Worker kind → the supervisor's child names of its replicas."""
         self.env = base_env()
         self.env.update(self.spec.env)
+        if self.spec.tool_modules is not None:
+            self.env["CALLGATE_TOOL_MODULES"] = ",".join(self.spec.tool_modules)
+        self.env.setdefault("CALLGATE_TOOL_MODULES", ",".join(DEMO_TOOL_MODULES))
         prefix = self.spec.key_prefix or self.env.get("CALLGATE_KEY_PREFIX") or f"cg{new_id()[:8]}"
         self.env["CALLGATE_KEY_PREFIX"] = prefix
 
@@ -95,7 +102,9 @@ class LocalSystem:
     def settings(self) -> Settings:
         """The settings the children read (Redis URL and key prefix are what matter here)."""
         return Settings(
-            redis_url=self.env["REDIS_URL"], key_prefix=self.env["CALLGATE_KEY_PREFIX"]
+            redis_url=self.env["REDIS_URL"],
+            key_prefix=self.env["CALLGATE_KEY_PREFIX"],
+            tool_modules=tuple(self.env["CALLGATE_TOOL_MODULES"].split(",")),
         )
 
     @property

@@ -1,4 +1,4 @@
-"""The bot itself: a Bolt async app served by aiohttp, plus the notification consumer.
+"""The bot itself: a Bolt async app served by aiohttp, plus the notification worker.
 
 Bolt's built-in `AsyncRequestVerification` middleware stays on: every request to
 ``/slack/events`` must carry a v0 HMAC-SHA256 signature of ``v0:{timestamp}:{body}`` made
@@ -27,7 +27,7 @@ from callgate.logs import log_fields
 from callgate.slack import messages
 from callgate.slack.clicks import ClickHandler
 from callgate.slack.messages import Notification
-from callgate.slack.notifications import NotificationConsumer
+from callgate.slack.notifications import notification_worker
 from callgate.slack.records import load_approval
 from callgate.slack.settings import SlackSettings
 
@@ -58,7 +58,7 @@ class SlackBot:
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
         self.clicks = ClickHandler(self.redis, self.keys, slack.approvers, team_id=slack.team_id)
         self.bolt = self._build_bolt()
-        self.consumer = NotificationConsumer(
+        self.consumer = notification_worker(
             self.redis, settings, self.post_notification, group=slack.group
         )
         self._runner: web.AppRunner | None = None
@@ -112,9 +112,9 @@ class SlackBot:
         return bound
 
     async def stop(self) -> None:
-        self.consumer.notify_shutdown()
         consuming, self._consuming = self._consuming, None
         if consuming is not None:
+            await self.consumer.shutdown()
             await consuming
         runner, self._runner = self._runner, None
         if runner is not None:

@@ -22,12 +22,13 @@ from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from callgate.envelopes import ApprovalDecision, encode
+from callgate.envelopes import ApprovalDecision
 from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.slack.messages import APPROVE_ACTION, ButtonValue, decided_blocks, outcome_text
 from callgate.slack.records import ApprovalView, MalformedRecordError, load_approval
 from callgate.slack.settings import Approver
+from callgate.streams.commands import post
 
 log = logging.getLogger("callgate.slack.clicks")
 
@@ -132,7 +133,7 @@ class ClickHandler:
         )
         try:
             stream = self._keys.run_stream("approvals", record.run_id)
-            await self._redis.xadd(stream, {"d": encode(decision)})
+            await post(self._redis, stream, decision)
         except RedisError:
             log.exception("cannot post the decision")
             await self._refuse(client, click, "callgate is unavailable right now; try again")

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from callgate.envelopes import ApprovalRequested, OutcomeUnknown
 from callgate.redact import redact
 
 APPROVE_ACTION = "callgate_approve"
@@ -42,6 +43,18 @@ class Notification(BaseModel):
     requested_by: str | None = None
     """Optional: when absent the bot reads ``requested_by`` from the approval record."""
     detail: str | None = None
+
+    @classmethod
+    def of(cls, message: ApprovalRequested | OutcomeUnknown) -> Notification:
+        """The view of a notify envelope the message builders use."""
+        if isinstance(message, ApprovalRequested):
+            return cls(type="approval_requested", run_id=message.run_id, turn=message.turn,
+                       call_id=message.call_id, approval_id=message.approval_id,
+                       tool=message.tool, args_hash=message.args_hash,
+                       arguments=message.arguments, approver_role=message.approver_role,
+                       expires_ms=message.expires_ms, requested_by=message.requested_by)
+        return cls(type="unknown_outcome", run_id=message.run_id, turn=message.turn,
+                   call_id=message.call_id, tool=message.tool, detail=message.detail)
 
     @model_validator(mode="after")
     def _approval_ids(self) -> Notification:

@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
+from callgate.envelopes import EnvelopeBase, encode
 from callgate.logs import log_fields
 
 log = logging.getLogger("callgate.streams")
@@ -56,6 +57,13 @@ return lost
 
 def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+async def post(redis: aioredis.Redis, stream: str, message: EnvelopeBase) -> str:
+    """Append one envelope to ``stream`` on its own, not as part of a ledger step: what a
+    person's decision or a scheduled expiry is (its reader applies it in a guarded step)."""
+    entry_id = await redis.xadd(stream, {"d": encode(message)})
+    return text(entry_id)
 
 
 async def ensure_groups(redis: aioredis.Redis, group: str, streams: list[str]) -> None:

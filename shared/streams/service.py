@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import logging
 import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +22,10 @@ from callgate import eventloop
 from callgate.config import Settings
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
-from callgate.logs import setup_logging
-from callgate.streams.worker import DeadLetter, Handler, StreamWorker, install_signal_handlers
+from callgate.logs import log_fields, setup_logging
+from callgate.states import RUN_TERMINAL, RunState
+from callgate.streams.worker import DeadLetter, Handler, StreamWorker
+from callgate.tools.registry import ToolRegistry, load_registry
 
 log = logging.getLogger("callgate.service")
 
@@ -39,6 +43,8 @@ class Runtime:
     keys: Keys
     ledger: Ledger
     consumer: str
+    registry: ToolRegistry
+    """The deployment's tools (``CALLGATE_TOOL_MODULES``), loaded once at start-up."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """What a handler factory opened (HTTP sessions), closed before Redis on shutdown."""
 
@@ -60,9 +66,9 @@ def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
         settings.redis_url, health_check_interval=5, socket_keepalive=True
     )
     keys = Keys(settings.key_prefix, settings.partitions)
-    return Runtime(
-        name, settings, client, keys, Ledger(client, keys, settings), consumer_name(name)
-    )
+    ledger = Ledger(client, keys, settings)
+    registry = load_registry(settings.tool_modules)
+    return Runtime(name, settings, client, keys, ledger, consumer_name(name), registry)
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,11 @@ async def fail_run_for_dead_letter(runtime: Runtime, letter: DeadLetter) -> None
     """A poison message fails its run with the reason; it is never silently dropped."""
     if letter.envelope is None:
         return
-    await runtime.ledger.fail_run(letter.envelope.run_id, f"dead letter: {letter.reason}")
+    run = await runtime.ledger.get_run(letter.envelope.run_id)
+    if run is None or run.status in RUN_TERMINAL:
+        return
+    tx = await runtime.ledger.end_run(run, RunState.FAILED, f"dead letter: {letter.reason}")
+    await runtime.ledger.apply(tx)
 
 
 async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
@@ -107,6 +117,19 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     log.info("serving", extra={"fields": {"service": spec.name, "streams": streams}})
     await worker.run()
     return 0
+
+
+def install_signal_handlers(worker: StreamWorker) -> None:
+    """SIGTERM/SIGINT: graceful shutdown; a second signal cancels in-flight work at once."""
+    loop = asyncio.get_running_loop()
+
+    def _on_signal(signum: int) -> None:
+        force = worker.shutdown_requested
+        log.info("signal received", extra=log_fields(signal=signum, force=force))
+        worker.notify_shutdown(force=force)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _on_signal, sig)
 
 
 def tune_gc() -> None:

@@ -28,7 +28,6 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -64,7 +63,6 @@ __all__ = [
     "Handler",
     "StreamWorker",
     "WorkerStats",
-    "install_signal_handlers",
 ]
 
 log = logging.getLogger("callgate.streams")
@@ -126,7 +124,7 @@ class StreamWorker:
         self._force = asyncio.Event()
         self._serving: asyncio.Future[None] | None = None
         self._acker: Acker | None = None
-        address = wire_address(redis)
+        address = wire_address(redis) if settings.wire == "hiredis" else None
         self._blocking = None if address is None else BlockingReads(address)
         self._cursors: dict[str, str] = {}
         self._next_reclaim = 0.0
@@ -395,16 +393,3 @@ class StreamWorker:
             self._slot_freed.set()
 
         task.add_done_callback(_done)
-
-
-def install_signal_handlers(worker: StreamWorker) -> None:
-    """SIGTERM/SIGINT: graceful shutdown; a second signal cancels in-flight work at once."""
-    loop = asyncio.get_running_loop()
-
-    def _on_signal(signum: int) -> None:
-        force = worker.shutdown_requested
-        log.info("signal received", extra=log_fields(signal=signum, force=force))
-        worker.notify_shutdown(force=force)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, _on_signal, sig)

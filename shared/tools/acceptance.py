@@ -2,14 +2,15 @@
 
 A run may carry ``acceptance``: ``{"json_schema": {...}}`` (the answer must be a JSON object
 valid against a pydantic-compatible schema of required keys and types),
-``{"contains": ["text", ...]}``, or ``{"validator": "module:function"}`` (a function
-``(text) -> str | None`` returning the reason the answer is not acceptable).
+``{"contains": ["text", ...]}``, or ``{"validator": NAME}``: a function ``(text) -> str | None``
+(the reason the answer is not acceptable) that the deployment registered under NAME in a tool
+module's ``ACCEPTANCE`` mapping (`callgate.tools.registry`).  A run only names one; it never
+says where code is.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -24,8 +25,13 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def check_acceptance(acceptance: dict[str, Any] | None, text: str) -> str | None:
-    """None if ``text`` is acceptable, else the reason (told to the model)."""
+def check_acceptance(
+    acceptance: dict[str, Any] | None,
+    text: str,
+    validators: Mapping[str, Callable[[str], str | None]],
+) -> str | None:
+    """None if ``text`` is acceptable, else the reason (told to the model).  ``validators`` are
+    the deployment's registered ones; a run was refused at creation if it named another."""
     if not acceptance:
         return None
     if "contains" in acceptance:
@@ -34,7 +40,10 @@ def check_acceptance(acceptance: dict[str, Any] | None, text: str) -> str | None
     if "json_schema" in acceptance:
         return _check_json(acceptance["json_schema"], text)
     if "validator" in acceptance:
-        return _validator(acceptance["validator"])(text)
+        validator = validators.get(str(acceptance["validator"]))
+        if validator is None:
+            return f"acceptance validator {acceptance['validator']!r} is not registered"
+        return validator(text)
     return f"unknown acceptance rule {sorted(acceptance)}"
 
 
@@ -53,9 +62,3 @@ def _check_json(schema: dict[str, Any], text: str) -> str | None:
         if name in value and expected is not None and not isinstance(value[name], expected):
             return f"the field {name!r} must be of type {prop['type']}"
     return None
-
-
-def _validator(path: str) -> Callable[[str], str | None]:
-    module_name, _, attr = path.partition(":")
-    function: Callable[[str], str | None] = getattr(importlib.import_module(module_name), attr)
-    return function

@@ -18,21 +18,31 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import functools
-import importlib
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import aiohttp
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from callgate.records import CallRecord, RunRecord
+from callgate.records import CallRecord, Effect, RunRecord
 from callgate.tools.canonical import canonical_bytes
 from callgate.tools.schema import to_tool_schema
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Effect",
+    "Identity",
+    "IsoDate",
+    "Reconciliation",
+    "Tool",
+    "ToolContext",
+    "ToolSpec",
+    "call_context",
+    "context_of",
+]
 
 DEFAULT_TIMEOUT_S = 2.0
 REDACTED = "[redacted]"
@@ -54,17 +64,6 @@ IsoDate = Annotated[
 ]
 """A calendar date as ``YYYY-MM-DD`` text.  Not `datetime.date`: pydantic would also take
 digit strings as Unix timestamps, and the model must be held to one spelling."""
-
-
-class Effect(StrEnum):
-    """What running a tool does to the world; decides retry and reconciliation."""
-
-    READ = "read"
-    """No external effect: safe to redo after a crash or a lost answer."""
-    IDEMPOTENT_WRITE = "idempotent_write"
-    """An effect the downstream deduplicates by the operation id: retried with the same id."""
-    WRITE = "write"
-    """An effect that must never be repeated: a lost answer is reconciled, never replayed."""
 
 
 class Identity(BaseModel):
@@ -231,6 +230,11 @@ class Tool(Generic[A]):
     def is_write(self) -> bool:
         return self.effect is not Effect.READ
 
+    @property
+    def has_preconditions(self) -> bool:
+        """Whether checking a call needs this tool's own (possibly I/O) precondition hook."""
+        return self.preconditions is not _no_preconditions
+
     def resource_of(self, args: A) -> str | None:
         """The resource this call's effect orders on: None for reads, never None for writes."""
         if not self.is_write:
@@ -250,74 +254,3 @@ def _redact(data: Any, fields: frozenset[str]) -> Any:
     if isinstance(data, list | tuple):
         return [_redact(v, fields) for v in data]
     return data
-
-
-class ToolRegistry:
-    """The tools a process knows, by name.  Built once at start-up; read-only after."""
-
-    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
-        self._tools: dict[str, Tool[Any]] = {}
-        self._sources: dict[str, str] = {}
-        for tool in tools:
-            self.add(tool)
-
-    def add(self, tool: Tool[Any], *, source: str = "<direct>") -> None:
-        """Register a tool; a second tool with the same name is a configuration error."""
-        if not isinstance(tool, Tool):
-            raise TypeError(f"{source}: {tool!r} is not a Tool")
-        if tool.name in self._tools:
-            raise ValueError(
-                f"duplicate tool name {tool.name!r}: defined in {self._sources[tool.name]}"
-                f" and in {source}"
-            )
-        self._tools[tool.name] = tool
-        self._sources[tool.name] = source
-
-    def get(self, name: str) -> Tool[Any] | None:
-        return self._tools.get(name)
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._tools)
-
-    def unknown(self, names: Iterable[str]) -> list[str]:
-        """Names not registered here: check a run's allow-list when it is created."""
-        return [n for n in names if n not in self._tools]
-
-    def specs(self, allowed: Iterable[str] | None = None) -> list[ToolSpec]:
-        """Specs for ``allowed`` (deduplicated, in its order), or all tools when None."""
-        names = list(dict.fromkeys(self._tools if allowed is None else allowed))
-        missing = self.unknown(names)
-        if missing:
-            raise ValueError(f"allow-list names unregistered tools: {', '.join(missing)}")
-        return [self._tools[n].spec() for n in names]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __iter__(self) -> Iterator[Tool[Any]]:
-        return iter(self._tools.values())
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-
-def load_registry(modules: Sequence[str]) -> ToolRegistry:
-    """Import each module and register its ``TOOLS`` list (e.g. ``callgate.standins.demo.travel``).
-
-    Built once per module list and then shared: workers ask for a run's registry on every
-    message, and a registry is read-only once built.
-    """
-    return _registry(tuple(modules))
-
-
-@functools.lru_cache(maxsize=256)
-def _registry(modules: tuple[str, ...]) -> ToolRegistry:
-    registry = ToolRegistry()
-    for module_name in modules:
-        module = importlib.import_module(module_name)
-        tools = getattr(module, "TOOLS", None)
-        if not isinstance(tools, list | tuple):
-            raise ValueError(f"tool module {module_name} has no TOOLS list")
-        for tool in tools:
-            registry.add(tool, source=module_name)
-    return registry

@@ -23,20 +23,22 @@ import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from callgate.config import Settings
 from callgate.errors import ToolError
+from callgate.records import ErrorDetail
 from callgate.tools.canonical import canonical_json, hash_bytes
-from callgate.tools.contract import Identity, Tool, ToolContext, ToolRegistry
+from callgate.tools.contract import Identity, Tool, ToolContext
 from callgate.tools.json_guard import duplicate_key, exceeds_depth
+from callgate.tools.registry import ToolRegistry
 
 __all__ = [
     "Decision",
-    "ErrorInfo",
+    "ErrorDetail",
     "Identity",
     "Limits",
     "Outcome",
@@ -64,13 +66,6 @@ class Rejection(StrEnum):
     PRECONDITION_FAILED = "precondition_failed"
     DUPLICATE_CALL_ID = "duplicate_call_id"
     TOO_MANY_CALLS = "too_many_calls"
-
-
-class ErrorInfo(TypedDict):
-    """A structured error, safe to show the model."""
-
-    code: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +109,7 @@ class Decision:
     canonical_arguments: str | None = None
     """Sorted-key compact JSON of ``arguments``: what is stored and approved."""
     args_hash: str | None = None
-    error: ErrorInfo | None = None
+    error: ErrorDetail | None = None
     approver_role: str | None = None
     call_id: str | None = None
     """Set by `decide_batch`."""
@@ -124,15 +119,15 @@ class Decision:
         """True only for a call that may run now, without a human."""
         return self.outcome == "allowed"
 
-    def reject(self, error: ErrorInfo) -> Decision:
+    def reject(self, error: ErrorDetail) -> Decision:
         """This decision turned into a rejection (e.g. after a failed precondition)."""
         return dataclasses.replace(
             self, outcome="rejected", tool=None, error=error, approver_role=None
         )
 
 
-def _error(code: Rejection, message: str) -> ErrorInfo:
-    return {"code": code.value, "message": message}
+def _error(code: Rejection, message: str) -> ErrorDetail:
+    return ErrorDetail(code=code.value, message=message)
 
 
 def _quote(text: str, limit: int = 64) -> str:
@@ -150,7 +145,7 @@ def _rejected(name: str, code: Rejection, message: str, tool: Tool[Any] | None =
     )
 
 
-def _check_raw(raw: str, limits: Limits) -> ErrorInfo | None:
+def _check_raw(raw: str, limits: Limits) -> ErrorDetail | None:
     """Size, depth and JSON-object checks on the raw text, cheapest first."""
     # len(str) <= len(utf-8 bytes): a string too long in characters is too long in bytes,
     # and is rejected without even encoding it.
@@ -318,7 +313,7 @@ def decide_batch(
 
 async def check_preconditions(
     tool: Tool[Any], ctx: ToolContext, arguments: Mapping[str, Any] | BaseModel
-) -> ErrorInfo | None:
+) -> ErrorDetail | None:
     """Run the tool's business preconditions; None when they hold.
 
     A `ToolError` from the hook counts as a failed precondition; any other exception

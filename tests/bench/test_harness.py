@@ -13,6 +13,7 @@ from callgate.config import Settings
 from callgate.ops.bench.harness import Deployment
 from callgate.records import RunRecord
 from callgate.states import RunState
+from tests.seed import seed
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ async def _new_run(client: CallgateClient, status: RunState) -> str:
         model="bench",
         input="bench",
     )
-    assert await client.ledger.create_run(run)
+    await seed(client.ledger, run)
     return run.run_id
 
 

@@ -20,6 +20,7 @@ from callgate.ledger.store import Ledger
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.records import CallRecord, Event
+from callgate.tools.registry import load_registry
 
 PLANTED_API_KEY = f"sk-planted-{uuid.uuid4().hex}"
 """What the workers hold as their provider API key; the scripted model ignores keys."""
@@ -39,7 +40,8 @@ class Deployment:
 
     async def submit(self, scenario: str, tools: list[str], **extra: Any) -> str:
         spec = {"api": "openai-chat", "model": scenario, "input": "hello",
-                "identity": {"user": "alice"}, "tool_modules": tools, "max_turns": 4, **extra}
+                "identity": {"user": "alice"}, "max_turns": 4,
+                "allowed_tools": list(load_registry(tools).names()), **extra}
         async with CallgateClient(self.settings) as client:
             return await client.submit(spec)  # fmt: skip
 

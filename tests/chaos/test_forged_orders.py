@@ -1,6 +1,6 @@
-"""Forged stream messages: the validator decides from the order model_turn writes with the call
-records, and its step is guarded on that order matching the ledger.  An order that claims
-another identity or other arguments decides nothing; the validator decides from the ledger."""
+"""Forged stream messages: the validator decides from the facts model_turn writes with the call
+records, and its step is guarded on those facts matching the ledger.  Facts that claim
+another identity or other arguments decide nothing; the validator decides from the ledger."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import asyncio
 import orjson
 import redis.asyncio as aioredis
 
-from callgate.envelopes import DecideOrder, ProposedOrder, ValidateRequest, encode, new_id
+from callgate.envelopes import ValidateRequest, encode, new_id
+from callgate.facts import DecideFacts, DecideRunFacts, ProposedCall
 from callgate.ledger.store import Ledger
-from callgate.ledger.tx import Tx
 from callgate.records import RAW_ARGUMENTS_MAX_BYTES, CallRecord, RunRecord
 from callgate.states import CallState, RunState
 from tests.chaos.conftest import Deployment
+from tests.seed import seed
 
-WORKSHOP = ("callgate.standins.demo.workshop",)
+WORKSHOP = ("check_seats", "check_eligibility", "reserve_seat")
 FOR_BOB = orjson.dumps({"event_id": "ws-101", "participant_id": "p-bob"}).decode()
 FOR_ALICE = orjson.dumps({"event_id": "ws-101", "participant_id": "p-alice"}).decode()
 
@@ -35,9 +36,8 @@ async def _validating_run(deployment: Deployment, raw_arguments: str) -> str:
             input="hello",
             turn=1,
             identity={"user": "alice"},
-            tool_modules=list(WORKSHOP),
+            allowed_tools=list(WORKSHOP),
         )
-        assert await ledger.create_run(run)
         call = CallRecord(
             run_id=run_id,
             call_id="t1.0",
@@ -47,16 +47,14 @@ async def _validating_run(deployment: Deployment, raw_arguments: str) -> str:
             tool="reserve_seat",
             raw_arguments=raw_arguments,
         )
-        tx = ledger.create_call(Tx(), call)
-        tx.rpush(deployment.keys.turn_calls(run_id, 1), "t1.0")
-        assert (await ledger.apply(tx)).ok
+        await seed(ledger, run, [call])
     finally:
         await redis.aclose()
     return run_id
 
 
-async def _post(deployment: Deployment, run_id: str, order: DecideOrder) -> None:
-    message = ValidateRequest(run_id=run_id, turn=1, call_ids=("t1.0",), order=order)
+async def _post(deployment: Deployment, run_id: str, facts: DecideFacts) -> None:
+    message = ValidateRequest(run_id=run_id, turn=1, call_ids=("t1.0",), facts=facts)
     redis = aioredis.Redis.from_url(deployment.settings.redis_url)
     try:
         await redis.xadd(deployment.keys.run_stream("validate", run_id), {"d": encode(message)})
@@ -73,15 +71,11 @@ async def _decided(deployment: Deployment, run_id: str) -> CallRecord:
     raise AssertionError("the validator decided nothing")
 
 
-def _order(user: str, raw: str) -> DecideOrder:
-    return DecideOrder(
-        identity={"user": user},
-        tool_modules=WORKSHOP,
-        allowed_tools=None,
-        batch_policy="hold_effects",
-        approval_ttl_s=None,
-        calls=(ProposedOrder(call_id="t1.0", index=0, tool="reserve_seat", raw_arguments=raw),),
-    )
+def _order(user: str, raw: str) -> DecideFacts:
+    run = DecideRunFacts(identity={"user": user}, allowed_tools=WORKSHOP,
+                         batch_policy="hold_effects", approval_ttl_s=None)
+    call = ProposedCall(call_id="t1.0", index=0, tool="reserve_seat", raw_arguments=raw)
+    return DecideFacts(run=run, calls=(call,))
 
 
 async def test_an_order_claiming_another_identity_is_decided_as_the_ledger_says(
@@ -94,7 +88,7 @@ async def test_an_order_claiming_another_identity_is_decided_as_the_ledger_says(
     call = await _decided(fresh, run_id)
 
     assert call.state == CallState.REJECTED
-    assert call.result is not None and call.result["error"]["code"] == "not_authorized"
+    assert call.result is not None and call.result.model_dump()["error"]["code"] == "not_authorized"
     assert call.approval_id is None
     assert _mismatch_logged(fresh, run_id)
 
@@ -109,7 +103,7 @@ async def test_an_order_with_other_arguments_is_decided_on_the_recorded_ones(
     call = await _decided(fresh, run_id)
 
     assert call.state == CallState.REJECTED
-    assert call.result is not None and call.result["error"]["code"] == "not_authorized"
+    assert call.result is not None and call.result.model_dump()["error"]["code"] == "not_authorized"
     assert call.arguments == {"event_id": "ws-101", "participant_id": "p-bob"}
 
 
@@ -128,7 +122,7 @@ async def test_a_matching_order_is_decided_as_it_stands(fresh: Deployment) -> No
 
 def _mismatch_logged(deployment: Deployment, run_id: str) -> bool:
     return any(
-        "does not match the ledger" in line and run_id in line
+        "do not match the ledger" in line and run_id in line
         for line in deployment.worker_logs()
     )
 

@@ -62,7 +62,8 @@ async def test_planted_secrets_reach_no_log_no_trace_no_event(
     assert (call.reason or "").startswith("reconciled") == answer_lost
     # The secret really travelled: the tool got it and echoed it in its result.
     assert call.arguments is not None and call.arguments["contact_email"] == PLANTED_EMAIL
-    assert call.result is not None and call.result["payload"]["contact_email"] == PLANTED_EMAIL
+    assert call.result is not None
+    assert call.result.model_dump()["payload"]["contact_email"] == PLANTED_EMAIL
     assert PLANTED_EMAIL in view["final_text"]  # and the model repeated it in its answer
 
     redis = aioredis.Redis.from_url(fresh.settings.redis_url)

@@ -44,7 +44,7 @@ class Stack:
             "model": model,
             "input": text,
             "identity": {"user": "alice"},
-            "tool_modules": ["callgate.standins.demo.travel"],
+            "allowed_tools": ["get_train_status", "get_weather"],
             "max_turns": 6,
             **extra,
         }

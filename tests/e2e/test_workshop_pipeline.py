@@ -58,7 +58,7 @@ class Workshop:
             "model": model,
             "input": "Book me into ws-101",
             "identity": {"user": "alice"},
-            "tool_modules": ["callgate.standins.demo.workshop"],
+            "allowed_tools": ["check_seats", "check_eligibility", "reserve_seat"],
             **extra,
         }
         async with CallgateClient(self.settings) as client:

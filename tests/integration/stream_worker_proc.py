@@ -22,7 +22,8 @@ from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, TurnRequest, encode
 from callgate.errors import NotFoundError
 from callgate.keys import Keys
-from callgate.streams.worker import Delivery, Handler, StreamWorker, install_signal_handlers
+from callgate.streams.service import install_signal_handlers
+from callgate.streams.worker import Delivery, Handler, StreamWorker
 
 _APPLY = """
 if redis.call('SET', KEYS[1], '1', 'NX') then

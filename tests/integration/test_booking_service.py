@@ -168,8 +168,8 @@ async def test_seats_run_out(booking: ServiceProcess, session: aiohttp.ClientSes
         await reserve_seat.execute(ctx, ALICE, "op-c")
     assert caught.value.code == "no_seats"
     failed = await check_preconditions(reserve_seat, ctx, ALICE)
-    assert failed is not None and failed["code"] == "precondition_failed"
-    assert "no seats left" in failed["message"]
+    assert failed is not None and failed.code == "precondition_failed"
+    assert "no seats left" in failed.message
     assert (await _stats(session, booking.url))["reservations"] == 2
 
 
@@ -179,8 +179,8 @@ async def test_preconditions_refuse_an_ineligible_participant(
     ctx = _ctx(session, booking.url)
     assert await check_preconditions(reserve_seat, ctx, ALICE) is None
     failed = await check_preconditions(reserve_seat, ctx, CAROL)
-    assert failed is not None and failed["code"] == "precondition_failed"
-    assert "not eligible" in failed["message"]
+    assert failed is not None and failed.code == "precondition_failed"
+    assert "not eligible" in failed.message
     answer = await check_eligibility.execute(ctx, CAROL, "op-r")
     assert answer["eligible"] is False
     # The service enforces it too, should a call get past the check.
@@ -189,7 +189,7 @@ async def test_preconditions_refuse_an_ineligible_participant(
     assert caught.value.code == "not_eligible"
     unknown_event = ParticipantArgs(event_id="ws-999", participant_id="p-alice")
     failed = await check_preconditions(reserve_seat, ctx, unknown_event)
-    assert failed is not None and failed["message"] == "no such event"
+    assert failed is not None and failed.message == "no such event"
 
 
 async def test_reject_fault_is_a_tool_error_with_the_service_message(
@@ -281,4 +281,4 @@ async def test_the_full_workshop_fails_its_precondition(
 ) -> None:
     full = ParticipantArgs(event_id="ws-102", participant_id="p-alice")
     failed = await check_preconditions(reserve_seat, _ctx(session, booking.url), full)
-    assert failed is not None and failed["message"] == "no seats left for ws-102"
+    assert failed is not None and failed.message == "no seats left for ws-102"

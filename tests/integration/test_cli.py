@@ -34,7 +34,7 @@ def test_run_status_view_trace(
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("CALLGATE_KEY_PREFIX", settings.key_prefix)
     code = main(["run", "--api", "anthropic-messages", "--model", "m", "--tools",
-                 "callgate.standins.demo.travel", "--identity", '{"user": "alice"}',
+                 "get_train_status,get_weather", "--identity", '{"user": "alice"}',
                  "--input", "hi",
                  "--max-turns", "3", "--json"])
     assert code == 0

@@ -1,6 +1,6 @@
-"""The executor's read path against a real Redis: an allowed read runs from the order its
-exec message carries, is taken and settled (and its message acked) in one step, and an order
-that does not match the ledger (stale or forged) settles nothing from itself."""
+"""The executor's read path against a real Redis: an allowed read runs from the facts its
+exec message carries, is taken and settled (and its message acked) in one step, and facts
+that do not match the ledger (stale or forged) settle nothing from themselves."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ import aiohttp
 import pytest
 
 from callgate.config import Settings
-from callgate.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
-from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
-from callgate.records import CallRecord, RunRecord
+from callgate.envelopes import ExecRequest, decode, encode, new_id
+from callgate.facts import ExecCallFacts, ExecFacts, ExecRunFacts
+from callgate.records import CallRecord, Effect, RunRecord, ok_result
 from callgate.services.executor import Executor
 from callgate.states import CallState, RunState
 from callgate.streams.commands import ensure_groups
 from callgate.streams.service import Runtime, build_runtime
 from callgate.streams.worker import Delivery
 from tests.ledger_spy import count_run_and_calls
+from tests.seed import seed
 
 GROUP = "executor"
 
@@ -35,24 +36,21 @@ async def _allowed_read(rt: Runtime, ledger_key: str) -> tuple[str, str]:
     run_id = f"run-{new_id()}"
     run = RunRecord(
         run_id=run_id, status=RunState.EXECUTING, api="openai-chat", model="m", input="i",
-        turn=1, identity={"user": "alice"}, tool_modules=[BENCH_TOOLS],
+        turn=1, identity={"user": "alice"}, allowed_tools=["bench_read"],
     )  # fmt: skip
     call = CallRecord(
         run_id=run_id, call_id="t1.0", turn=1, index=0, provider_call_id="call_1",
         tool="bench_read", tool_version="1", arguments={"key": ledger_key},
-        raw_arguments="{}", effect="read", state=CallState.ALLOWED, decision="allowed",
+        raw_arguments="{}", effect=Effect.READ, state=CallState.ALLOWED, decision="allowed",
     )  # fmt: skip
-    tx = rt.ledger.new_run(run)
-    rt.ledger.create_call(tx, call)
-    assert (await rt.ledger.apply(tx)).ok
+    await seed(rt.ledger, run, [call])
     return run_id, call.call_id
 
 
-def _order(key: str, version: str = "1") -> ReadOrder:
-    return ReadOrder(
-        tool="bench_read", tool_version=version, tool_modules=(BENCH_TOOLS,),
-        arguments={"key": key}, identity={"user": "alice"},
-    )  # fmt: skip
+def _order(key: str, version: str = "1", user: str = "alice") -> ExecFacts:
+    call = ExecCallFacts(tool="bench_read", tool_version=version, effect=Effect.READ,
+                         arguments={"key": key})
+    return ExecFacts(run=ExecRunFacts(identity={"user": user}), call=call)
 
 
 async def _deliver(rt: Runtime, message: ExecRequest) -> Delivery:
@@ -74,7 +72,7 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
 ) -> None:
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "k")
-    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("k"))
+    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=_order("k"))
     delivery = await _deliver(rt, message)
     reads = count_run_and_calls(executor.ledger)
 
@@ -82,7 +80,7 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
 
     call = await rt.ledger.get_call(run_id, call_id)
     assert call is not None and call.state == CallState.SUCCEEDED
-    assert call.result == {"status": "ok", "payload": {"key": "k", "value": "value of k"}}
+    assert call.result == ok_result({"key": "k", "value": "value of k"})
     assert reads == []  # nothing was read from the ledger first
     assert call.attempts == 1 and call.executor == rt.consumer
     moves = [
@@ -100,23 +98,23 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
     "order",
     [
         _order("forged"),
-        _order("k").model_copy(update={"identity": {"user": "admin"}}),
+        _order("k", user="admin"),
     ],
     ids=["other-arguments", "other-identity"],
 )
 async def test_an_order_the_ledger_contradicts_runs_as_the_ledger_says(
-    executor: Executor, order: ReadOrder
+    executor: Executor, order: ExecFacts
 ) -> None:
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "k")
-    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=order)
+    message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=order)
     reads = count_run_and_calls(executor.ledger)
 
     await executor.handle(message, await _deliver(rt, message))
 
     call = await rt.ledger.get_call(run_id, call_id)
     assert call is not None and call.state == CallState.SUCCEEDED
-    assert call.result == {"status": "ok", "payload": {"key": "k", "value": "value of k"}}
+    assert call.result == ok_result({"key": "k", "value": "value of k"})
     assert reads == [run_id]
     assert len(await _results(rt, run_id)) == 1
 
@@ -124,16 +122,16 @@ async def test_an_order_the_ledger_contradicts_runs_as_the_ledger_says(
 async def test_an_order_for_a_call_already_settled_writes_nothing(executor: Executor) -> None:
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "first")
-    first = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("first"))
+    first = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=_order("first"))
     await executor.handle(first, await _deliver(rt, first))
-    again = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=_order("second"))
+    again = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=_order("second"))
     delivery = await _deliver(rt, again)
 
     await executor.handle(again, delivery)
 
     call = await rt.ledger.get_call(run_id, call_id)
     assert call is not None and call.result is not None
-    assert call.result["payload"]["key"] == "first"
+    assert call.result == ok_result({"key": "first", "value": "value of first"})
     assert len(await _results(rt, run_id)) == 1
     assert not delivery.settled  # the step did not apply: the runner acks it
 
@@ -144,18 +142,18 @@ async def test_an_order_naming_another_tool_version_falls_back_to_the_ledger(
     rt = executor.rt
     run_id, call_id = await _allowed_read(rt, "from-ledger")
     message = ExecRequest(
-        run_id=run_id, turn=1, call_id=call_id, read=_order("from-order", version="0")
+        run_id=run_id, turn=1, call_id=call_id, facts=_order("from-order", version="0")
     )
     await executor.handle(message, await _deliver(rt, message))
 
     call = await rt.ledger.get_call(run_id, call_id)
     assert call is not None and call.result is not None
-    assert call.result["payload"]["key"] == "from-ledger"
+    assert call.result == ok_result({"key": "from-ledger", "value": "value of from-ledger"})
 
 
 def test_a_read_order_is_only_what_its_fields_say() -> None:
     """Strict like every envelope: a forged extra field or a wrong type does not decode."""
-    good = ExecRequest(run_id="r", turn=1, call_id="c", read=_order("k"))
+    good = ExecRequest(run_id="r", turn=1, call_id="c", facts=_order("k"))
     assert decode(encode(good)) == good
     raw = encode(good).replace(b'"identity":', b'"admin":true,"identity":')
     with pytest.raises(Exception, match="admin"):

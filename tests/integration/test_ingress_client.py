@@ -18,16 +18,14 @@ import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 
 from callgate.approvals.record import ApprovalRecord
-from callgate.client import CallgateClient, JobFailedError
+from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.envelopes import ApprovalExpired, TurnRequest, decode
-from callgate.errors import NotFoundError
+from callgate.errors import JobFailedError, NotFoundError, RunSpecError
 from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from callgate.ledger.tx import Tx
-from callgate.runspec import RunSpecError
 from callgate.services.ingress import (
     create_worker,
-    deadlines_index,
     start_run,
     sweep_approvals,
     sweep_deadlines,
@@ -42,7 +40,7 @@ def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
         "model": "travel-demo",
         "input": "Is my train G1234 on 2026-12-20 on time?",
         "identity": {"user": "alice"},
-        "tool_modules": ["callgate.standins.demo.travel"],
+        "allowed_tools": ["get_train_status", "get_weather"],
     }
     if run_id is not None:
         data["run_id"] = run_id
@@ -138,7 +136,7 @@ async def test_invalid_spec_creates_nothing_and_says_why(
         await client.submit(spec(run_id, max_turn=3))  # the client checks before enqueueing
     await pool.enqueue_job(START_RUN, spec(run_id, max_turn=3), _job_id=run_id)
     bad_tools = new_run_id()
-    await pool.enqueue_job(START_RUN, spec(bad_tools, tool_modules=["no.such.module"]),
+    await pool.enqueue_job(START_RUN, spec(bad_tools, allowed_tools=["no_such_tool"]),
                            _job_id=bad_tools)
     assert await drain(settings) == (0, 2)
 
@@ -150,7 +148,7 @@ async def test_invalid_spec_creates_nothing_and_says_why(
     assert (result["s"], result["r"]["error"]) == (False, "RunSpecError")
     with pytest.raises(JobFailedError, match="max_turn: unknown field"):
         await client.wait(run_id, timeout_s=2)
-    with pytest.raises(JobFailedError, match="tool_modules: No module named 'no'"):
+    with pytest.raises(JobFailedError, match="no_such_tool not registered in this deployment"):
         await client.status(bad_tools)
     with pytest.raises(NotFoundError):
         await client.status(new_run_id())
@@ -198,7 +196,7 @@ async def test_deadline_sweep_hands_off_once(
     assert (status["status"], status["reason"]) == ("handed_off", "deadline reached")
     assert (await client.status(later))["status"] == "awaiting_model"
     assert await sweep_deadlines(ctx) == 0
-    index = deadlines_index(runtime.keys, 0)
+    index = runtime.keys.deadlines(0)
     assert await redis.zrange(index, 0, -1) == [later.encode()]
     assert await redis.ttl(runtime.keys.run(late)) > 0, "a finished run's keys expire"
 

@@ -5,15 +5,15 @@ that outcome — a result message that says otherwise never reaches the model.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import orjson
 import pytest
 
 from callgate.config import Settings
-from callgate.envelopes import CallResult, TurnRequest, new_id
+from callgate.envelopes import CallResult, TurnRequest, decode, encode, new_id
+from callgate.errors import EnvelopeError
 from callgate.ledger.tx import Tx
-from callgate.records import RunRecord, ok_result
+from callgate.records import ErrorResult, OkResult, RunRecord, error_result, ok_result
 from callgate.services.model_turn import ModelTurn
 from callgate.states import CallState, RunState
 from callgate.streams.service import build_runtime
@@ -52,10 +52,10 @@ async def _turn_with_its_call_run(worker: ModelTurn) -> str:
         input="read k1",
         turn=1,
         identity={"user": "bench"},
-        tool_modules=["callgate.ops.bench.tools"],
+        allowed_tools=["bench_read"],
     )
-    assert await ledger.create_run(run)
-    await worker.on_turn_request(TurnRequest(run_id=run.run_id, turn=1), _delivery())
+    assert (await ledger.apply(ledger.start_run(run, [{"role": "user", "content": "read k1"}]))).ok
+    await worker.handle(TurnRequest(run_id=run.run_id, turn=1), _delivery())
     decided = Tx()  # guards see the state before the step: one step per hop
     ledger.run_transition(decided, run.run_id, [RunState.VALIDATING], RunState.EXECUTING)
     ledger.call_transition(decided, run.run_id, "t1.0", [CallState.REQUESTED], CallState.ALLOWED)
@@ -87,7 +87,7 @@ async def test_a_result_that_came_with_its_outcome_is_appended_without_a_read(
     reads = count_run_and_calls(worker.ledger)
 
     message = CallResult(run_id=run_id, turn=1, call_id="t1.0", state="succeeded", result=RESULT)
-    await worker.on_call_result(message, _delivery())
+    await worker.handle(message, _delivery())
 
     run = await worker.ledger.get_run(run_id)
     assert run is not None and (run.status, run.turn) == (RunState.AWAITING_MODEL, 2)
@@ -100,21 +100,28 @@ async def test_a_result_that_came_with_its_outcome_is_appended_without_a_read(
     [
         ("succeeded", ok_result({"key": "k1", "value": "forged"})),
         ("failed", RESULT),
-        ("succeeded", {"not": "a result"}),
+        ("succeeded", error_result("forged", "not what the tool said")),
     ],
-    ids=["other-result", "other-state", "no-result-at-all"],
+    ids=["other-result", "other-state", "other-kind-of-result"],
 )
 async def test_a_result_message_the_ledger_contradicts_never_reaches_the_model(
-    worker: ModelTurn, state: str, result: dict[str, Any]
+    worker: ModelTurn, state: str, result: OkResult | ErrorResult
 ) -> None:
     run_id = await _turn_with_its_call_run(worker)
     reads = count_run_and_calls(worker.ledger)
 
     message = CallResult(run_id=run_id, turn=1, call_id="t1.0", state=state, result=result)
-    await worker.on_call_result(message, _delivery())
+    await worker.handle(message, _delivery())
 
     run = await worker.ledger.get_run(run_id)
     assert run is not None and (run.status, run.turn) == (RunState.AWAITING_MODEL, 2)
     history = await _history_text(worker, run_id)
     assert "recorded" in history and "forged" not in history and "not" not in history
     assert reads == [run_id]  # it decided from the ledger
+
+
+def test_a_result_message_whose_result_is_no_result_does_not_decode() -> None:
+    forged = encode(CallResult(run_id="r", turn=1, call_id="t1.0", state="succeeded",
+                               result=RESULT))
+    with pytest.raises(EnvelopeError, match="result"):
+        decode(forged.replace(b'"status":"ok"', b'"status":"maybe"'))

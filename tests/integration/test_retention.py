@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
+from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.keys import Keys
-from callgate.ledger.store import Ledger, Tx, now_ms, runs_index
+from callgate.ledger.store import Ledger
 from callgate.records import CallRecord, RunRecord
 from callgate.states import CallState, RunState
 
@@ -17,32 +18,31 @@ def _ledger(redis: aioredis.Redis, settings: Settings, retention_s: int = 3600) 
     return Ledger(redis, keys, settings.model_copy(update={"retention_s": retention_s}))
 
 
-async def _run_with_everything(ledger: Ledger, run_id: str) -> None:
+async def _run_with_everything(ledger: Ledger, run_id: str) -> RunRecord:
     """A run with two turns of calls, an approval, history, a raw response and a deadline."""
     keys = ledger.keys
     run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi",
-                    status=RunState.EXECUTING, turn=2)
-    tx = ledger.new_run(run)
-    tx.zadd(keys.deadlines(keys.partition(run_id)), {run_id: now_ms() + 60_000})
+                    status=RunState.EXECUTING, turn=2, deadline_ms=now_ms() + 60_000)
+    tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
     for turn in (1, 2):
         call = CallRecord(run_id=run_id, call_id=f"t{turn}.0", turn=turn, index=0,
                           provider_call_id=f"p{turn}", tool="book", state=CallState.SUCCEEDED,
                           approval_id="apr-1" if turn == 2 else None)
         ledger.create_call(tx, call)
-        ledger.set_turn_calls(tx, run_id, turn, [call.call_id])
+        tx.rpush(keys.turn_calls(run_id, turn), call.call_id)
     tx.hset(keys.approval(run_id, "apr-1"), {"state": "approved"})
-    ledger.append_history(tx, run_id, [{"role": "user", "content": "hi"}])
-    ledger.save_raw_response(tx, run_id, 1, {"id": "r1"})
+    tx.hset(keys.raw_responses(run_id), {"1": '{"id": "r1"}'})
     assert (await ledger.apply(tx)).ok
+    return run
 
 
 async def test_every_key_of_a_finished_run_gets_the_retention(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
     ledger = _ledger(redis, settings)
-    await _run_with_everything(ledger, "run-r1")
-    tx = ledger.run_transition(Tx(), "run-r1", RunState.EXECUTING, RunState.HANDED_OFF)
-    assert (await ledger.apply(await ledger.expire_finished(tx, "run-r1", 2))).ok
+    run = await _run_with_everything(ledger, "run-r1")
+    ended = await ledger.end_run(run, RunState.HANDED_OFF, "deadline reached")
+    assert (await ledger.apply(ended)).ok
 
     names = [n async for n in redis.scan_iter(f"{settings.key_prefix}:*run-r1*")]
     kinds = {n.decode().split(":")[2] for n in names}
@@ -57,8 +57,9 @@ async def test_fail_run_expires_the_approvals_too(
     redis: aioredis.Redis, settings: Settings
 ) -> None:
     ledger = _ledger(redis, settings)
-    await _run_with_everything(ledger, "run-r2")
-    assert await ledger.fail_run("run-r2", "dead letter: poison")
+    run = await _run_with_everything(ledger, "run-r2")
+    ended = await ledger.end_run(run, RunState.FAILED, "dead letter: poison")
+    assert (await ledger.apply(ended)).ok
     assert 0 < await redis.ttl(ledger.keys.approval("run-r2", "apr-1")) <= 3600
 
 
@@ -69,8 +70,8 @@ async def test_the_runs_index_forgets_expired_runs_only(
     keys = ledger.keys
     for run_id in ("run-old", "run-paused", "run-new"):
         run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi")
-        assert await ledger.create_run(run)
-    index = runs_index(keys, 0)
+        assert (await ledger.apply(ledger.start_run(run, []))).ok
+    index = keys.runs_index(0)
     long_ago = now_ms() - 10_000
     await redis.zadd(index, {"run-old": long_ago, "run-paused": long_ago})
     await redis.delete(keys.run("run-old"))  # what its expiry did

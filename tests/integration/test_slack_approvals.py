@@ -23,7 +23,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from callgate.config import Settings
-from callgate.envelopes import ApprovalDecision, decode
+from callgate.envelopes import (
+    ApprovalDecision,
+    ApprovalRequested,
+    OutcomeUnknown,
+    decode,
+    encode,
+)
 from callgate.keys import Keys
 from callgate.slack.bot import EVENTS_PATH, SlackBot
 from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
@@ -87,15 +93,19 @@ async def write_record(redis: aioredis.Redis, keys: Keys, **fields: str) -> None
 
 
 async def notify(redis: aioredis.Redis, keys: Keys, **fields: Any) -> None:
-    note: dict[str, Any] = {
-        "type": "approval_requested", "run_id": RUN, "approval_id": APPROVAL, "call_id": CALL,
-        "tool": "book_venue", "args_hash": HASH,
-        "arguments": {"venue": "Hall A", "api_key": "sk-live-abcdef123456"},
-        "approver_role": "events-lead", "expires_ms": int(time.time() * 1000) + 600_000,
-        "detail": None,
-    }
-    note.update(fields)
-    await redis.xadd(keys.stream("notify", keys.partition(RUN)), {"d": orjson.dumps(note)})
+    """Post a notification as the validator's (or reconciler's) step does."""
+    note: ApprovalRequested | OutcomeUnknown
+    if fields.pop("type", "approval_requested") == "unknown_outcome":
+        note = OutcomeUnknown(run_id=RUN, turn=1, call_id=CALL, tool="book_venue",
+                              operation_id="op-1", detail=fields["detail"])
+    else:
+        note = ApprovalRequested(
+            run_id=RUN, turn=1, call_id=CALL, approval_id=APPROVAL, tool="book_venue",
+            args_hash=HASH, arguments={"venue": "Hall A", "api_key": "sk-live-abcdef123456"},
+            approver_role="events-lead", requested_by=fields.get("requested_by", "alice"),
+            expires_ms=int(time.time() * 1000) + 600_000,
+        )
+    await redis.xadd(keys.stream("notify", keys.partition(RUN)), {"d": encode(note)})
 
 
 def click_body(message: dict[str, Any], user: str, action_id: str, value: str) -> str:
@@ -218,7 +228,7 @@ async def test_unknown_outcome_is_posted_without_buttons(
     bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
     app, _ = bot
-    await notify(redis, app.keys, type="unknown_outcome", approval_id=None, args_hash=None,
+    await notify(redis, app.keys, type="unknown_outcome",
                  detail="POST /bookings timed out after 10 s")
     assert await app.consumer.run_burst() == 1
     (call,) = fake.calls_of("chat.postMessage")
@@ -240,7 +250,7 @@ async def test_failed_post_is_retried_and_bad_notifications_are_dead_lettered(
     assert app.consumer.stats.failed == 1
     assert len(fake.calls_of("chat.postMessage")) == 2, "one failure, then one success"
     (dead,) = await redis.xrange(app.keys.dead_letter_for(stream))
-    assert b"invalid notification" in dead[1][b"reason"]
+    assert b"invalid envelope" in dead[1][b"reason"]
     assert (await redis.xpending(stream, "slack_approvals"))["pending"] == 0
 
 

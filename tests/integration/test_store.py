@@ -11,9 +11,16 @@ from redis.crc import key_slot
 from callgate import envelopes
 from callgate.config import Settings
 from callgate.envelopes import ExecRequest, TurnRequest
-from callgate.errors import ConflictError, NotFoundError, RedisUnavailableError, TransitionError
+from callgate.errors import (
+    ConflictError,
+    NotFoundError,
+    RedisUnavailableError,
+    TransitionError,
+    TxRejectedError,
+)
 from callgate.keys import STREAM_KINDS, Keys
-from callgate.ledger.store import Ledger, Tx, TxRejectedError, runs_index
+from callgate.ledger.run_steps import items_json
+from callgate.ledger.store import Ledger, Tx
 from callgate.ops.embedded_redis import free_port
 from callgate.records import CallRecord, RunRecord, error_result, ok_result
 from callgate.redact import REDACTED
@@ -48,17 +55,25 @@ async def _stream_len(redis: aioredis.Redis, key: str) -> int:
     return int(await redis.xlen(key))
 
 
-async def test_create_run_once_with_its_outbox(
+async def _create(ledger: Ledger, run: RunRecord) -> bool:
+    return (await ledger.apply(ledger.start_run(run, []))).ok
+
+
+async def test_a_run_starts_once_with_its_history_and_first_turn(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
     stream = keys.run_stream("turns", "run-1")
-    first = TurnRequest(run_id="run-1", turn=1, reason="start")
-    assert await ledger.create_run(_run(), [(stream, first)]) is True
-    assert await ledger.create_run(_run(input="other"), [(stream, first)]) is False
+    history = [{"role": "user", "content": "hi"}]
+    started = _run(created_ms=5, deadline_ms=99)
+    assert (await ledger.apply(ledger.start_run(started, history))).ok
+    assert not (await ledger.apply(ledger.start_run(_run(input="other"), history))).ok
     run = await ledger.get_run("run-1")
-    assert run is not None and run.input == "hi" and run.created_ms > 0
+    assert run is not None and run.input == "hi" and run.created_ms == 5
     entries = await redis.xrange(stream)
-    assert len(entries) == 1 and envelopes.decode(entries[0][1][b"d"]) == first
+    [first] = [envelopes.decode(fields[b"d"]) for _, fields in entries]
+    assert isinstance(first, TurnRequest) and (first.turn, first.reason) == (1, "start")
+    assert await ledger.history("run-1") == history
+    assert await redis.zscore(keys.deadlines(keys.partition("run-1")), "run-1") == 99
     assert await ledger.run_ids(keys.partition("run-1")) == ["run-1"]
     assert [e.type for e in await ledger.events("run-1")] == ["run.created"]
     assert await ledger.get_run("missing") is None
@@ -100,7 +115,7 @@ async def test_fifty_contenders_exactly_one_takes_the_call(
 async def test_failed_guard_writes_neither_state_nor_outbox(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
-    await ledger.create_run(_run())
+    await _create(ledger, _run())
     exec_stream = keys.run_stream("exec", "run-1")
     events_before = await _stream_len(redis, keys.events("run-1"))
     tx = ledger.run_transition(Tx(), "run-1", R.VALIDATING, R.EXECUTING, fields={"turn": 9})
@@ -115,7 +130,7 @@ async def test_failed_guard_writes_neither_state_nor_outbox(
 async def test_state_change_and_outbox_land_together(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
-    await ledger.create_run(_run())
+    await _create(ledger, _run())
     exec_stream = keys.run_stream("exec", "run-1")
     tx = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, fields={"turn": 1})
     ledger.outbox(tx, exec_stream, ExecRequest(run_id="run-1", turn=1, call_id="c"))
@@ -131,7 +146,7 @@ async def test_a_late_op_that_would_fail_leaves_no_earlier_write(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
     """WRONGTYPE on the last op: the script refuses before its first write."""
-    await ledger.create_run(_run())
+    await _create(ledger, _run())
     bad = keys.history("run-1")
     await redis.set(bad, "a string, not a list")
     exec_stream = keys.run_stream("exec", "run-1")
@@ -192,23 +207,25 @@ async def test_illegal_transitions_raise_before_any_io(keys: Keys, settings: Set
 
 
 async def test_expect_turn_and_field_guards(ledger: Ledger, keys: Keys) -> None:
-    await ledger.create_run(_run())
+    await _create(ledger, _run())
     stale = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, expect_turn=4)
     result = await ledger.apply(stale)
     assert not result.ok and result.failed is not None and result.failed.field == "turn"
     assert result.actual == "0"
-    raw = ledger.save_raw_response(Tx(), "run-1", 1, {"id": "resp_1"})
-    assert (await ledger.apply(raw)).ok
-    again = await ledger.apply(ledger.save_raw_response(Tx(), "run-1", 1, {"id": "resp_2"}))
-    assert not again.ok and again.actual == '{"id":"resp_1"}'
-    assert await ledger.raw_responses("run-1") == {1: {"id": "resp_1"}}
+    # A turn's steps are guarded on the history holding as many items as the turn read.
+    grown = ledger.expect_history(Tx(), "run-1", 0).rpush(keys.history("run-1"), "{}")
+    assert (await ledger.apply(grown)).ok
+    stale_history = await ledger.apply(ledger.expect_history(Tx(), "run-1", 0).rpush(
+        keys.history("run-1"), "{}"))
+    assert not stale_history.ok and stale_history.actual == "1"
+    assert len(await ledger.history("run-1")) == 1
 
 
 async def test_apply_many_pipelines_independent_steps(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
-    txs = [ledger.new_run(_run(f"run-{i}")) for i in range(5)]
-    txs.append(ledger.new_run(_run("run-0")))  # same run twice: the second create fails
+    txs = [ledger.start_run(_run(f"run-{i}"), []) for i in range(5)]
+    txs.append(ledger.start_run(_run("run-0"), []))  # same run twice: the second create fails
     await redis.script_flush()  # NOSCRIPT → load and resend
     results = await ledger.apply_many(txs)
     assert [r.ok for r in results] == [True] * 5 + [False]
@@ -217,17 +234,16 @@ async def test_apply_many_pipelines_independent_steps(
 
 
 async def test_calls_history_and_reads(ledger: Ledger, keys: Keys) -> None:
-    await ledger.create_run(_run(turn=1))
-    tx = Tx()
-    for i in range(3):
-        ledger.create_call(tx, _call(f"t1.{i}"))
-    ledger.set_turn_calls(tx, "run-1", 1, ["t1.2", "t1.0", "t1.1"])
-    ledger.append_history(tx, "run-1", [{"role": "user", "content": "hi"}, {"type": "x"}])
+    run = _run(turn=1, status=R.AWAITING_MODEL)
+    await _create(ledger, run)
+    items = [{"role": "assistant", "content": "calling"}, {"type": "x"}]
+    calls = [_call(f"t1.{i}").model_copy(update={"index": i}) for i in (2, 0, 1)]
+    tx = ledger.start_calls(Tx(), run, calls, items_json(items), None)
     assert (await ledger.apply(tx)).ok
-    assert await ledger.turn_call_ids("run-1", 1) == ["t1.2", "t1.0", "t1.1"]
-    calls = await ledger.get_calls("run-1", await ledger.turn_call_ids("run-1", 1))
-    assert [c.call_id for c in calls] == ["t1.2", "t1.0", "t1.1"]
-    assert await ledger.history("run-1") == [{"role": "user", "content": "hi"}, {"type": "x"}]
+    assert [c.call_id for c in await ledger.turn_calls("run-1", 1)] == ["t1.2", "t1.0", "t1.1"]
+    assert await ledger.history("run-1") == items
+    validating = await ledger.get_run("run-1")
+    assert validating is not None and validating.status == R.VALIDATING
     with pytest.raises(NotFoundError):
         await ledger.get_calls("run-1", ["t1.0", "nope"])
     assert await ledger.reused_provider_call_ids("run-1", ["p-t1.1", "fresh"]) == ["p-t1.1"]
@@ -290,16 +306,17 @@ async def test_none_fields_are_deleted(ledger: Ledger, keys: Keys, redis: aiored
 async def test_finish_and_fail_run_set_retention_on_every_key(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis, settings: Settings
 ) -> None:
-    await ledger.create_run(_run(turn=2, status=R.EXECUTING))
-    tx = Tx()
+    executing = _run(turn=2, status=R.EXECUTING)
+    tx = ledger.start_run(executing, [{"role": "user", "content": "hi"}])
     for turn in (1, 2):
         ledger.create_call(tx, _call(f"t{turn}.0").model_copy(update={"turn": turn}))
-        ledger.set_turn_calls(tx, "run-1", turn, [f"t{turn}.0"])
-    ledger.append_history(tx, "run-1", [{"role": "user", "content": "hi"}])
-    ledger.save_raw_response(tx, "run-1", 1, {"id": "r"})
+        tx.rpush(keys.turn_calls("run-1", turn), f"t{turn}.0")
+    tx.hset(keys.raw_responses("run-1"), {"1": '{"id": "r"}'})
     assert (await ledger.apply(tx)).ok
-    assert await ledger.fail_run("run-1", "dead letter: poison") is True
-    assert await ledger.fail_run("run-1", "again") is False  # already ended
+    ended = await ledger.end_run(executing, R.FAILED, "dead letter: poison")
+    assert (await ledger.apply(ended)).ok
+    again = await ledger.end_run(executing, R.FAILED, "again")  # read before it ended
+    assert not (await ledger.apply(again)).ok
     run = await ledger.get_run("run-1")
     assert run is not None and run.status == R.FAILED and run.reason == "dead letter: poison"
     prefix = f"{keys.tag(keys.partition('run-1'))}:"
@@ -323,7 +340,7 @@ async def test_every_key_of_a_run_shares_one_slot(
             keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
             keys.call(run_id, "c1"), keys.turn_calls(run_id, 3), keys.events(run_id),
             keys.provider_calls(run_id),
-            keys.approval(run_id, "a1"), keys.dead_letter(p), runs_index(keys, p),
+            keys.approval(run_id, "a1"), keys.dead_letter(p), keys.runs_index(p),
             *(keys.run_stream(kind, run_id) for kind in STREAM_KINDS),
         ]  # fmt: skip
         slots = {key_slot(name.encode()) for name in names}

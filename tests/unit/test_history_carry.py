@@ -60,8 +60,9 @@ def test_a_turn_is_settled_once_every_call_came_with_its_outcome() -> None:
     assert started.settled() is None  # t1.0 is still out
     started.note(_result("t1.0", state="failed", payload="a"))
     settled = started.settled()
-    assert settled is not None
-    assert [(c.call_id, c.state, c.result) for c in settled] == [
+    assert settled is not None and settled.carried
+    assert settled.run.status == RunState.EXECUTING  # every call is terminal: it executes
+    assert [(c.call_id, c.state, c.result) for c in settled.calls] == [
         ("t1.0", CallState.FAILED, ok_result("a")),
         ("t1.1", CallState.SUCCEEDED, ok_result("b")),
     ]

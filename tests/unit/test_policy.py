@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from callgate.errors import ToolError
+from callgate.records import ErrorDetail
 from callgate.standins.demo import travel
 from callgate.tools.canonical import args_hash
-from callgate.tools.contract import Effect, Reconciliation, Tool, ToolContext, ToolRegistry
+from callgate.tools.contract import Effect, Reconciliation, Tool, ToolContext
 from callgate.tools.json_guard import duplicate_key, exceeds_depth
 from callgate.tools.policy import (
     Decision,
@@ -26,6 +27,7 @@ from callgate.tools.policy import (
     decide,
     decide_batch,
 )
+from callgate.tools.registry import ToolRegistry
 
 EXECUTED: list[str] = []
 """Every execute/reconcile of the test tools appends here; decisions must leave it empty."""
@@ -89,10 +91,10 @@ def _decide(
 
 def _assert_rejected(decision: Decision, code: Rejection, *fragments: str) -> None:
     assert decision.outcome == "rejected"
-    assert decision.error is not None and decision.error["code"] == code.value
-    assert set(decision.error) == {"code", "message"}
+    assert decision.error is not None and decision.error.code == code.value
+    assert set(decision.error.model_dump()) == {"code", "message"}
     for fragment in fragments:
-        assert fragment in decision.error["message"]
+        assert fragment in decision.error.message
     assert decision.tool is None and not decision.executable  # nothing to call
 
 
@@ -109,9 +111,9 @@ def test_allowed_call_carries_canonical_arguments_and_hash() -> None:
 def test_unknown_tool_lists_only_the_runs_tools() -> None:
     d = _decide("delete_everything", "{}")
     _assert_rejected(d, Rejection.UNKNOWN_TOOL, "'delete_everything'", "get_weather")
-    assert d.error is not None and "secret_wipe" not in d.error["message"]
+    assert d.error is not None and "secret_wipe" not in d.error.message
     long = _decide("x" * 5000, "{}")
-    assert long.error is not None and len(long.error["message"]) < 300
+    assert long.error is not None and len(long.error.message) < 300
 
 
 def test_tool_not_on_allow_list() -> None:
@@ -200,7 +202,7 @@ def test_malformed_train_number_rejected_by_schema() -> None:
         d, Rejection.INVALID_ARGUMENTS, "get_train_status", "train_number",
         "should match pattern '^[GDCZTK][0-9]{1,4}$'",
     )  # fmt: skip
-    assert d.error is not None and "X99" not in d.error["message"]  # no echo of values
+    assert d.error is not None and "X99" not in d.error.message  # no echo of values
 
 
 @pytest.mark.parametrize(
@@ -259,12 +261,12 @@ async def test_preconditions_are_a_separate_async_step() -> None:
         assert ok.arguments is not None
         assert await check_preconditions(transfer, ctx, ok.arguments) is None
         poor = {"account": "acct-1", "amount": 5000}
-        assert await check_preconditions(transfer, ctx, poor) == {
-            "code": "precondition_failed", "message": "insufficient funds",
-        }  # fmt: skip
+        assert await check_preconditions(transfer, ctx, poor) == ErrorDetail(
+            code="precondition_failed", message="insufficient funds"
+        )
         closed = transfer.validate({"account": "acct-0", "amount": 5})
         error = await check_preconditions(transfer, ctx, closed)
-        assert error is not None and error["message"] == "account acct-0 is closed"
+        assert error is not None and error.message == "account acct-0 is closed"
         rejected = ok.reject(error)
         _assert_rejected(rejected, Rejection.PRECONDITION_FAILED, "closed")
         assert rejected.args_hash == ok.args_hash  # what was refused stays recorded
@@ -304,7 +306,7 @@ def test_batch_decides_each_call_independently() -> None:
     assert [(d.call_id, d.outcome) for d in decisions] == [
         ("a", "rejected"), ("b", "rejected"), ("c", "allowed"),
     ]  # fmt: skip
-    assert [d.error["code"] if d.error else None for d in decisions] == [
+    assert [d.error.code if d.error else None for d in decisions] == [
         "unknown_tool", "invalid_arguments", None,
     ]  # fmt: skip
 

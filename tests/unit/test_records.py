@@ -52,7 +52,6 @@ def _full_run() -> RunRecord:
         usage_input_tokens=120,
         usage_output_tokens=45,
         identity={"user": "u1", "roles": ["agent"], "scope": {"account": 7}},
-        tool_modules=["callgate.standins.demo.tools"],
         allowed_tools=["search", "book"],
         batch_policy="run_allowed",
         acceptance={"kind": "regex", "pattern": "^OK"},
@@ -69,7 +68,7 @@ def test_run_round_trip_full_and_minimal() -> None:
     assert RunRecord.from_hash(_as_redis(full.to_hash())) == full
     minimal = RunRecord(run_id="r", api="openai-chat", model="m", input="")
     stored = minimal.to_hash()
-    assert "instructions" not in stored and "allowed_tools" not in stored  # None = absent
+    assert "instructions" not in stored and "deadline_ms" not in stored  # None = absent
     assert RunRecord.from_hash(_as_redis(stored)) == minimal
     assert RunRecord.from_hash(stored) == minimal  # decoded replies work too
 
@@ -109,7 +108,10 @@ def test_call_round_trip() -> None:
     )  # fmt: skip
     assert CallRecord.from_hash(_as_redis(call.to_hash())) == call
     failed = call.model_copy(update={"result": error_result("tool_error", "no seats")})
-    assert CallRecord.from_hash(_as_redis(failed.to_hash())).result == {
+    assert CallRecord.from_hash(_as_redis(failed.to_hash())).result == error_result(
+        "tool_error", "no seats"
+    )
+    assert orjson.loads(failed.to_hash()["result"]) == {
         "status": "error", "error": {"code": "tool_error", "message": "no seats"},
     }  # fmt: skip
 
@@ -178,10 +180,10 @@ def test_encoding_a_field_alone_matches_the_whole_record(
     assert encode_fields(CallRecord, fields)[0] == {n: call.to_hash()[n] for n in fields}
     run = RunRecord(
         run_id="r", api="openai-chat", model="m", input="x", status=status,
-        tool_modules=modules, allowed_tools=modules, batch_policy=batch_policy,
+        allowed_tools=modules, batch_policy=batch_policy,
     )  # fmt: skip
     fields = {
-        "status": status, "tool_modules": tuple(modules), "allowed_tools": modules,
+        "status": status, "allowed_tools": tuple(modules),
         "batch_policy": batch_policy,
     }  # fmt: skip
     assert encode_fields(RunRecord, fields)[0] == {n: run.to_hash()[n] for n in fields}

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from callgate.runspec import RunSpec, RunSpecError, parse_spec, to_run_record, with_run_id
+from callgate.errors import RunSpecError
+from callgate.runspec import RunSpec, parse_spec, to_run_record, with_run_id
 from callgate.states import RunState
 
 
@@ -16,7 +17,7 @@ def spec(**changes: Any) -> dict[str, Any]:
         "model": "travel-demo",
         "input": "Is my train on time?",
         "identity": {"user": "alice"},
-        "tool_modules": ["callgate.standins.demo.travel"],
+        "allowed_tools": ["get_train_status", "get_weather"],
     }
     base.update(changes)
     return {k: v for k, v in base.items() if v is not None}
@@ -33,7 +34,8 @@ def test_minimal_spec_gets_the_documented_defaults() -> None:
     parsed = parse_spec(spec())
     assert parsed.max_turns == 10
     assert parsed.run_id is None
-    assert parsed.allowed_tools is None
+    assert parsed.allowed_tools == ["get_train_status", "get_weather"]
+    assert parse_spec(spec(allowed_tools=None)).allowed_tools is None  # every registered tool
     assert parsed.batch_policy == "hold_effects"
 
 
@@ -63,9 +65,15 @@ def test_unknown_api_is_rejected_with_the_choices() -> None:
     assert problem.startswith("api:") and "openai-responses" in problem
 
 
-def test_tool_modules_must_be_dotted_names() -> None:
-    [problem] = problems(spec(tool_modules=["callgate.standins.demo.travel", "../etc/passwd"]))
-    assert problem.startswith("tool_modules:") and "'../etc/passwd'" in problem
+def test_a_spec_never_names_code_to_import() -> None:
+    [problem] = problems(spec(tool_modules=["callgate.standins.demo.travel"]))
+    assert problem.startswith("tool_modules: a run may not name code to import")
+    assert "CALLGATE_TOOL_MODULES" in problem and "allowed_tools" in problem
+    [problem] = problems(spec(acceptance={"validator": "builtins:exec"}))
+    assert problem.startswith("acceptance:") and "never code to import" in problem
+    assert parse_spec(spec(acceptance={"validator": "json_answer"})).acceptance == {
+        "validator": "json_answer"
+    }
 
 
 def test_acceptance_must_be_exactly_one_known_rule() -> None:
@@ -95,12 +103,13 @@ def test_run_id_is_minted_once_and_kept() -> None:
 
 def test_new_run_record_awaits_the_model_for_turn_one() -> None:
     parsed = RunSpec.model_validate(spec(run_id="r1", deadline_s=2.5, max_turns=3))
-    run = to_run_record(parsed, now_ms=1_000)
+    run = to_run_record(parsed, now_ms=1_000, allowed_tools=["get_weather"])
     assert run.status == RunState.AWAITING_MODEL
     assert run.turn == 1
     assert run.max_turns == 3
     assert run.deadline_ms == 3_500
     assert run.identity == {"user": "alice"}
     assert run.created_ms == run.updated_ms == 1_000
+    assert run.allowed_tools == ["get_weather"]
     with pytest.raises(RunSpecError):
-        to_run_record(parse_spec(spec()), now_ms=0)
+        to_run_record(parse_spec(spec()), now_ms=0, allowed_tools=[])

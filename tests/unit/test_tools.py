@@ -8,15 +8,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from callgate.standins.demo import travel
-from callgate.tools.contract import (
-    REDACTED,
-    Effect,
-    Reconciliation,
-    Tool,
-    ToolContext,
-    ToolRegistry,
-    load_registry,
-)
+from callgate.tools.contract import REDACTED, Effect, Reconciliation, Tool, ToolContext
+from callgate.tools.registry import ToolRegistry, load_registry
 
 
 class Address(BaseModel):

@@ -11,8 +11,9 @@ from callgate.standins.demo.workshop import (
     ParticipantArgs,
     reserve_seat,
 )
-from callgate.tools.contract import Effect, Identity, load_registry
+from callgate.tools.contract import Effect, Identity
 from callgate.tools.policy import Decision, Limits, decide
+from callgate.tools.registry import load_registry
 
 ALICE = Identity(user="alice")
 BOB = Identity(user="bob")
@@ -70,7 +71,7 @@ def test_authorize_scopes_each_user_to_their_participant(
 def test_decide_alice_for_bob_is_not_authorized() -> None:
     decision = _decide(ALICE, "reserve_seat", event_id="ws-101", participant_id="p-bob")
     assert decision.outcome == "rejected"
-    assert decision.error is not None and decision.error["code"] == "not_authorized"
+    assert decision.error is not None and decision.error.code == "not_authorized"
     assert decision.tool is None
 
 
@@ -87,4 +88,4 @@ def test_decide_reads_are_allowed_and_ids_are_checked() -> None:
     eligibility = _decide(BOB, "check_eligibility", event_id="ws-101", participant_id="p-carol")
     assert eligibility.outcome == "allowed"
     bad = _decide(ALICE, "reserve_seat", event_id="../_reset", participant_id="p-alice")
-    assert bad.error is not None and bad.error["code"] == "invalid_arguments"
+    assert bad.error is not None and bad.error.code == "invalid_arguments"

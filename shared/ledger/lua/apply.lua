@@ -50,6 +50,11 @@ for i = 1, nguards do
   elseif code == 'fnx' then
     local v = hget(key, argv[s])
     if v then return {0, i, v} end
+  elseif code == 'len' then
+    local t = redis.call('TYPE', key)['ok']
+    local n = 0
+    if t == 'list' then n = redis.call('LLEN', key) elseif t ~= 'none' then return {0, i, t} end
+    if tostring(n) ~= argv[s] then return {0, i, tostring(n)} end
   else
     return redis.error_reply('CGTX guard ' .. i .. ' ' .. tostring(code) .. ': unknown guard')
   end

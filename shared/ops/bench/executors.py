@@ -16,12 +16,12 @@ import statistics
 import time
 from typing import Any
 
-from callgate.envelopes import ExecRequest, ReadOrder, decode, encode, new_id
+from callgate.envelopes import ExecRequest, decode, encode, new_id
+from callgate.facts import ExecCallFacts, ExecFacts, ExecRunFacts
 from callgate.ledger.tx import Tx
 from callgate.ops.bench.harness import NO_WORKERS, Deployment
-from callgate.ops.bench.tools import MODULE as TOOLS_MODULE
 from callgate.ops.stack import Progress
-from callgate.records import CallRecord, RunRecord
+from callgate.records import CallRecord, Effect, RunRecord
 from callgate.states import CALL_TERMINAL, CallState, RunState
 from callgate.streams.service import consumer_name
 
@@ -48,13 +48,15 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
         run_id = f"run-{new_id()}"
         run = RunRecord(run_id=run_id, status=RunState.EXECUTING, api="openai-responses",
                         model="bench", input="bench", turn=1, identity={"user": "bench"},
-                        tool_modules=[TOOLS_MODULE])
-        tx = ledger.new_run(run)
+                        allowed_tools=[tool])
+        # Seeded straight into the ledger: this scenario measures executors alone.
+        tx = Tx().hset(ledger.keys.run(run_id), run.to_hash())
         for index in range(min(CALLS_PER_RUN, count - start)):
             call = CallRecord(run_id=run_id, call_id=f"t1.{index}", turn=1, index=index,
                               provider_call_id=f"call_{new_id()}", tool=tool, tool_version="1",
                               arguments={"key": f"k{index}"}, raw_arguments='{"key": "k"}',
-                              effect="read", state=CallState.ALLOWED, decision="allowed")
+                              effect=Effect.READ, state=CallState.ALLOWED,
+                              decision="allowed")
             ledger.create_call(tx, call)
             calls.append((run_id, call.call_id))
         txs.append(tx)
@@ -71,9 +73,10 @@ async def send(deployment: Deployment, calls: list[Call]) -> float:
     pipe = deployment.redis.pipeline(transaction=False)
     for run_id, call_id in calls:
         index = call_id.rsplit(".", 1)[1]
-        order = ReadOrder(tool="bench_sleep", tool_version="1", tool_modules=(TOOLS_MODULE,),
-                          arguments={"key": f"k{index}"}, identity={"user": "bench"})
-        message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, read=order)
+        call = ExecCallFacts(tool="bench_sleep", tool_version="1", effect=Effect.READ,
+                             arguments={"key": f"k{index}"})
+        facts = ExecFacts(run=ExecRunFacts(identity={"user": "bench"}), call=call)
+        message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=facts)
         pipe.xadd(deployment.keys.run_stream("exec", run_id), {"d": encode(message)})
     await pipe.execute()
     return started

@@ -31,18 +31,23 @@ from callgate import eventloop
 from callgate.config import Settings
 from callgate.envelopes import (
     CallResult,
-    DecideOrder,
     ExecRequest,
-    ProposedOrder,
-    ReadOrder,
     TurnRequest,
     ValidateRequest,
     encode,
     new_id,
 )
+from callgate.facts import (
+    DecideFacts,
+    DecideRunFacts,
+    ExecCallFacts,
+    ExecFacts,
+    ExecRunFacts,
+    ProposedCall,
+)
 from callgate.keys import Keys
 from callgate.ops.supervisor import Supervisor
-from callgate.records import ok_result
+from callgate.records import Effect, ok_result
 
 START_TIMEOUT_S = 30.0
 
@@ -78,20 +83,11 @@ def payloads() -> dict[str, bytes]:
                 run_id=run_id,
                 turn=12,
                 call_ids=("t12.0",),
-                order=DecideOrder(
-                    identity={"user": "bench"},
-                    tool_modules=("callgate.ops.bench.tools",),
-                    allowed_tools=None,
-                    batch_policy="hold_effects",
-                    approval_ttl_s=None,
-                    calls=(
-                        ProposedOrder(
-                            call_id="t12.0",
-                            index=0,
-                            tool="bench_read",
-                            raw_arguments='{"key":"k12"}',
-                        ),
-                    ),
+                facts=DecideFacts(
+                    run=DecideRunFacts(identity={"user": "bench"}, allowed_tools=("bench_read",),
+                                       batch_policy="hold_effects", approval_ttl_s=None),
+                    calls=(ProposedCall(call_id="t12.0", index=0, tool="bench_read",
+                                        raw_arguments='{"key":"k12"}'),),
                 ),
             )
         ),
@@ -100,12 +96,10 @@ def payloads() -> dict[str, bytes]:
                 run_id=run_id,
                 turn=12,
                 call_id="t12.0",
-                read=ReadOrder(
-                    tool="bench_read",
-                    tool_version="1",
-                    tool_modules=("callgate.ops.bench.tools",),
-                    arguments={"key": "k12"},
-                    identity={"user": "bench"},
+                facts=ExecFacts(
+                    run=ExecRunFacts(identity={"user": "bench"}),
+                    call=ExecCallFacts(tool="bench_read", tool_version="1", effect=Effect.READ,
+                                       arguments={"key": "k12"}),
                 ),
             )
         ),

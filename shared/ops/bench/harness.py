@@ -27,6 +27,7 @@ from callgate.ops.stack import Progress, default_redis_url, worker_argv
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.records import RunRecord
 from callgate.states import RunState
+from callgate.tools.registry import load_registry
 
 IN_PROCESS = "callgate.ops.bench.provider:in_process"
 IN_PROCESS_TIMED = "callgate.ops.bench.provider:in_process_timed"
@@ -63,7 +64,7 @@ def run_spec(api: str, scenario: str, max_turns: int = 60) -> dict[str, Any]:
         "model": scenario,
         "input": "Benchmark run: read the values you are asked for.",
         "identity": {"user": "bench"},
-        "tool_modules": [TOOLS_MODULE],
+        "allowed_tools": list(load_registry([TOOLS_MODULE]).names()),
         "max_turns": max_turns,
     }
 
@@ -91,6 +92,7 @@ class Deployment:
             scripted_model=model == "sdk",
             replicas=dict(replicas or {}),
             redis_url=redis_url,
+            tool_modules=(TOOLS_MODULE,),
             worker_env=worker_env,
         )
         self.system = LocalSystem(spec, progress=progress)

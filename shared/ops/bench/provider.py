@@ -31,7 +31,7 @@ from callgate.providers.openai_chat import ChatStream, OpenAIChatAdapter
 from callgate.providers.openai_responses import OpenAIResponsesAdapter, ResponsesStream
 from callgate.standins.scripted.scenario import build_turn, load_scenario
 from callgate.standins.scripted.server import ScriptedApp
-from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, Wire
+from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from callgate.standins.scripted_model import DEFAULT_SCENARIOS
 
 MODEL_LOG = "model_log"
@@ -70,7 +70,7 @@ class InProcessModel:
         self._app = ScriptedApp([DEFAULT_SCENARIOS])
         self._clock = clock
 
-    async def answer(self, wire: Wire, request: JsonDict) -> JsonDict:
+    async def answer(self, wire: WireFormat, request: JsonDict) -> JsonDict:
         """The non-stream response body the server would send, or its error as the SDK's."""
         if self._clock is not None:
             # Stamped before the model reads the request: reading it is the model's time.
@@ -83,7 +83,7 @@ class InProcessModel:
             if self._clock is not None:
                 self._clock.answered()
 
-    def _answer(self, wire: Wire, request: JsonDict) -> JsonDict:
+    def _answer(self, wire: WireFormat, request: JsonDict) -> JsonDict:
         name = str(request.get("model"))
         if name not in self._app.extra:
             # Read once: the server reads the file per request, a cost no model has.

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from callgate.envelopes import ApprovalDecision, encode
+from callgate.envelopes import ApprovalDecision
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.common import REDIS_AWAY, pause, text
 from callgate.ops.chaos.workload import Decision
+from callgate.streams.commands import post
 
 APPROVER = "carol"
 POLL_S = 0.1
@@ -88,7 +89,7 @@ class Approver:
             reason=None if approve else "chaos: the simulated approver said no",
             source="api",
         )
-        await self.redis.xadd(self.keys.run_stream("approvals", run_id), {"d": encode(message)})
+        await post(self.redis, self.keys.run_stream("approvals", run_id), message)
         self.stats.posted.add(approval_id)
         if approve:
             self.stats.approved += 1

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from callgate.ops.chaos.facts import Facts, RunFacts
-from callgate.records import CallRecord
+from callgate.records import CallRecord, ErrorResult, OkResult
 from callgate.states import CALL_TERMINAL, RUN_TERMINAL, CallState, RunState
 
 SETTLED = RUN_TERMINAL | {RunState.PAUSED_UNKNOWN_OUTCOME, RunState.PAUSED_INCOMPLETE}
@@ -118,12 +118,14 @@ def calls_without_one_result(facts: Facts) -> list[str]:
     return found
 
 
-def told(result: dict[str, Any]) -> Any:
+def told(result: OkResult | ErrorResult) -> Any:
     """What the model must be told for a recorded result: its payload or the error."""
-    return result["payload"] if result["status"] == "ok" else {"error": result["error"]}
+    if isinstance(result, OkResult):
+        return result.payload
+    return {"error": result.error.model_dump()}
 
 
-def same_result(content: str, result: dict[str, Any] | None) -> bool:
+def same_result(content: str, result: OkResult | ErrorResult | None) -> bool:
     if result is None:
         return False
     expected = told(result)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from callgate.records import Api
+from callgate.tools.registry import load_registry
 
 APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
 DENY_SHARE = 0.15
@@ -83,7 +84,7 @@ class PlannedRun:
             "model": self.scenario,
             "input": f"{self.marker} {self.question}",
             "identity": {"user": "alice"},
-            "tool_modules": list(self.tool_modules),
+            "allowed_tools": list(load_registry(self.tool_modules).names()),
             "max_turns": 4,
         }
         if self.decision == "expire":

@@ -23,6 +23,7 @@ from callgate.ops.conformance.probes import ProbeError, Probes
 from callgate.ops.system import LocalSystem
 from callgate.records import Event
 from callgate.states import CALL_TERMINAL
+from callgate.tools.registry import load_registry
 
 POLL_S = 0.05
 UNREACHABLE = (CallgateError, ProbeError, aiohttp.ClientError, RedisError, OSError)
@@ -59,7 +60,7 @@ def run_spec(case: Case, api: str, run_id: str) -> dict[str, Any]:
         "model": case.scenario,
         "input": f"{case.input} [{run_id}]",
         "identity": dict(case.identity),
-        "tool_modules": [case.tools],
+        "allowed_tools": list(load_registry([case.tools]).names()),
         "max_turns": MAX_TURNS,
     }
 

@@ -31,7 +31,7 @@ from callgate.standins.scripted.scenario import (
     load_scenario,
     select_step,
 )
-from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, Wire
+from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, WireFormat
 
 log = logging.getLogger("callgate.scripted_model")
 
@@ -83,7 +83,7 @@ class ScriptedApp:
         self.reset()
         return web.Response(body=b'{"ok":true}', content_type="application/json")
 
-    def _route(self, wire: Wire) -> Callable[[web.Request], Any]:
+    def _route(self, wire: WireFormat) -> Callable[[web.Request], Any]:
         async def handler(request: web.Request) -> web.StreamResponse:
             return await self._handle(request, wire)
 
@@ -92,7 +92,7 @@ class ScriptedApp:
     def _scenario(self, name: str) -> Scenario | None:
         return self.extra.get(name) or load_scenario(name, self.dirs)
 
-    def plan(self, wire: Wire, body: dict[str, Any]) -> _Plan:
+    def plan(self, wire: WireFormat, body: dict[str, Any]) -> _Plan:
         """What ``body`` will be answered with: an error, or a scenario step and its faults."""
         err = wire.validate(body)
         if err is not None:
@@ -120,7 +120,7 @@ class ScriptedApp:
         faults = tuple(f for f in scenario.steps[step].faults() if f.applies(attempt))
         return _Plan(None, scenario, step, faults, conv)
 
-    async def _handle(self, request: web.Request, wire: Wire) -> web.StreamResponse:
+    async def _handle(self, request: web.Request, wire: WireFormat) -> web.StreamResponse:
         received_ns = time.monotonic_ns()
         rid = wire.new_rid()
         try:
@@ -134,36 +134,48 @@ class ScriptedApp:
                 wire.invalid("We could not parse the JSON body of your request."), wire, rid
             )
         plan = self.plan(wire, body)
-        stream = bool(body.get("stream"))
+        entry = self._logged(request, plan, body, rid, received_ns)
+        delay = plan.fault("delay")
+        if delay is not None and delay.first_byte_s:
+            await asyncio.sleep(delay.first_byte_s)
+        err = plan.error or _http_fault(wire, plan, body, entry["stream"])
+        if err is not None:
+            entry["status"] = err.status
+            entry["request_id"] = err.body.get("request_id", rid)
+            _log_line(entry)
+            return _error_response(err, wire, rid)
+        return await self._answer(request, wire, plan, body, rid, entry)
+
+    def _logged(
+        self, request: web.Request, plan: _Plan, body: dict[str, Any], rid: str, at_ns: int
+    ) -> dict[str, Any]:
+        """The request's entry in `/_log`, filled in as it is answered."""
         entry = {
             "path": request.path,
             "scenario": body.get("model"),
             "step": plan.step,
             "step_name": _step_name(plan),
             "faults": [f.type for f in plan.faults],
-            "stream": stream,
+            "stream": bool(body.get("stream")),
             "status": None,
             "request_id": rid,
             "body": body,
-            "received_ns": received_ns,
+            "received_ns": at_ns,
             "answered_ns": None,
         }
         self.log.append(entry)
-        delay = plan.fault("delay")
-        if delay is not None and delay.first_byte_s:
-            await asyncio.sleep(delay.first_byte_s)
-        err = plan.error or _http_fault(wire, plan, body, stream)
-        if err is not None:
-            entry["status"] = err.status
-            entry["request_id"] = err.body.get("request_id", rid)
-            _log_line(entry)
-            return _error_response(err, wire, rid)
+        return entry
+
+    async def _answer(
+        self, request: web.Request, wire: WireFormat, plan: _Plan, body: dict[str, Any], rid: str,
+        entry: dict[str, Any],
+    ) -> web.StreamResponse:
         assert plan.scenario is not None and plan.step is not None and plan.conversation
         step = plan.scenario.steps[plan.step]
         turn = build_turn(step, plan.conversation, plan.faults, plan.scenario.model)
         entry["status"] = 200
         _log_line(entry)
-        if stream:
+        if entry["stream"]:
             streamed = await self._stream(request, wire, plan, turn, body, rid, entry)
             # Monotonic, this process only: for the benchmark's model-to-model round trips.
             entry["answered_ns"] = time.monotonic_ns()
@@ -181,7 +193,7 @@ class ScriptedApp:
     async def _stream(
         self,
         request: web.Request,
-        wire: Wire,
+        wire: WireFormat,
         plan: _Plan,
         turn: Turn,
         body: dict[str, Any],
@@ -218,7 +230,9 @@ def _step_name(plan: _Plan) -> str | None:
     return plan.scenario.steps[plan.step].name
 
 
-def _http_fault(wire: Wire, plan: _Plan, body: dict[str, Any], stream: bool) -> ApiError | None:
+def _http_fault(
+    wire: WireFormat, plan: _Plan, body: dict[str, Any], stream: bool
+) -> ApiError | None:
     for f in plan.faults:
         if f.type == "http_429":
             return wire.rate_limited(f, str(body.get("model")))
@@ -229,7 +243,7 @@ def _http_fault(wire: Wire, plan: _Plan, body: dict[str, Any], stream: bool) -> 
     return None
 
 
-def _error_response(err: ApiError, wire: Wire, rid: str) -> web.Response:
+def _error_response(err: ApiError, wire: WireFormat, rid: str) -> web.Response:
     rid = str(err.body.get("request_id", rid))
     headers = {**wire.headers(rid), **err.headers}
     reason = {529: "Overloaded"}.get(err.status)

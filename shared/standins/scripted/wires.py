@@ -24,7 +24,7 @@ _ORG = "00000000-0000-4000-8000-5c21a7ed0000"
 
 
 @dataclass(frozen=True)
-class Wire:
+class WireFormat:
     """One protocol's functions; the handler is the same for all three."""
 
     name: str
@@ -67,7 +67,7 @@ def _anthropic_stream(t: Turn, b: dict[str, Any], n: int | None, f: Fault | None
     return anthropic_wire.render_stream(t, b, n, f.code if f else None)
 
 
-RESPONSES = Wire(
+RESPONSES = WireFormat(
     "responses",
     "x-request-id",
     openai_request_id,
@@ -82,7 +82,7 @@ RESPONSES = Wire(
     responses_wire.render_json,
     _responses_stream,
 )
-CHAT = Wire(
+CHAT = WireFormat(
     "chat",
     "x-request-id",
     openai_request_id,
@@ -97,7 +97,7 @@ CHAT = Wire(
     chat_wire.render_json,
     _chat_stream,
 )
-ANTHROPIC = Wire(
+ANTHROPIC = WireFormat(
     "anthropic",
     "request-id",
     anthropic_request_id,

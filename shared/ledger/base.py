@@ -1,49 +1,38 @@
-"""The guarded steps of the loop as Tx builders: pure, no I/O.
+"""The ledger's vocabulary: the pieces every named step is built from, as Tx builders.
 
-Each helper *appends* to a `Tx` so a worker can combine several (a call transition, its event,
-the next hop's outbox message) into one atomic step.  Every state change is checked against
-the state machine here, before anything is sent, and becomes a compare-and-set guard plus the
-writes; every event payload goes through `redact`.
+Each helper *appends* to a `Tx`, so a named step (`run_steps`, `call_steps`,
+`approval_steps`) combines several — a call transition, its event, the next hop's outbox
+message — into one atomic step.  Every state change is checked against the state machine
+here, before anything is sent, and becomes a compare-and-set guard plus the writes; every
+event payload goes through `redact`.  Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from callgate import envelopes
+from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.keys import Keys
 from callgate.ledger.tx import Tx
-from callgate.records import CallRecord, RunRecord, encode_fields
+from callgate.records import CallRecord, RunRecord, encode_fields, result_code
 from callgate.redact import redact
 from callgate.states import CallState, RunState, check_call, check_run
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+class CallRef(Protocol):
+    """Which call a step is about: a call record, or a per-call message, will do."""
 
-
-def runs_index(keys: Keys, partition: int) -> str:
-    """Sorted set of the partition's run ids by creation time, in the partition's slot."""
-    return f"{keys.tag(partition)}:runs"
-
-
-def expect_recorded(
-    tx: Tx, model: type[RunRecord] | type[CallRecord], key: str, values: dict[str, Any]
-) -> Tx:
-    """Guard ``tx`` on record ``key`` holding exactly ``values`` (absent where None), encoded
-    as ``model`` records them: a step that relies on what a message says was recorded checks
-    it in the same atomic step.  `ValueError` for a value the record could never hold."""
-    to_set, missing = encode_fields(model, values)
-    for name, encoded in to_set.items():
-        tx.expect(key, name, encoded.decode() if isinstance(encoded, bytes) else encoded)
-    for name in missing:
-        tx.expect_field_missing(key, name)
-    return tx
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def turn(self) -> int: ...
 
 
 def _shown(fields: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +43,7 @@ def _shown(fields: dict[str, Any]) -> dict[str, Any]:
     if result is None:
         return fields
     shown = {name: value for name, value in fields.items() if name != "result"}
-    shown["result_code"] = "ok" if result["status"] == "ok" else result["error"]["code"]
+    shown["result_code"] = result_code(result)
     return shown
 
 
@@ -99,35 +88,13 @@ def _cas(
     return sources
 
 
-class Steps:
+class LedgerBase:
     """Tx builders bound to a key layout and settings; `Ledger` (`callgate.ledger.store`) adds
-    the I/O."""
+    the I/O and the named steps."""
 
     def __init__(self, keys: Keys, settings: Settings) -> None:
         self.keys = keys
         self.settings = settings
-
-    def new_run(self, run: RunRecord, outbox: Iterable[tuple[str, Any]] = ()) -> Tx:
-        """The Tx that creates ``run`` once, indexes it and sends its first messages."""
-        stamp = now_ms()
-        if not run.created_ms:
-            run = run.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
-        key = self.keys.run(run.run_id)
-        tx = Tx().expect_missing(key).hset(key, run.to_hash())
-        index = runs_index(self.keys, self.keys.partition(run.run_id))
-        tx.zadd(index, {run.run_id: run.created_ms})
-        self.event(
-            tx,
-            run.run_id,
-            "run.created",
-            api=run.api,
-            model=run.model,
-            status=run.status.value,
-            tool_modules=run.tool_modules,
-        )
-        for stream, envelope in outbox:
-            self.outbox(tx, stream, envelope)
-        return tx
 
     def run_transition(
         self,
@@ -259,20 +226,6 @@ class Steps:
             state=call.state.value,
         )
 
-    def set_turn_calls(self, tx: Tx, run_id: str, turn: int, call_ids: Sequence[str]) -> Tx:
-        """Record a turn's call ids in provider order, once."""
-        key = self.keys.turn_calls(run_id, turn)
-        return tx.expect_missing(key).rpush(key, *call_ids)
-
-    def append_history(self, tx: Tx, run_id: str, items: Iterable[dict[str, Any]]) -> Tx:
-        """Append provider-native items (one JSON per list element)."""
-        return tx.rpush(self.keys.history(run_id), *(orjson.dumps(item) for item in items))
-
-    def save_raw_response(self, tx: Tx, run_id: str, turn: int, raw: dict[str, Any]) -> Tx:
-        """Keep one turn's raw response; a turn saves it once."""
-        key = self.keys.raw_responses(run_id)
-        return tx.expect_field_missing(key, str(turn)).hset(key, {str(turn): orjson.dumps(raw)})
-
     def event(
         self,
         tx: Tx,
@@ -301,7 +254,7 @@ class Steps:
         """Let every key of a finished run expire after ``settings.retention_s``.
 
         ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
-        records expire only if their ids are passed: `Ledger.expire_finished` reads them.  The
+        records expire only if their ids are passed: `Ledger.retention` reads them.  The
         run leaves the deadline index now (a finished run has no deadline left); its entry in
         the runs index goes once its keys expired (`Ledger.prune_expired_runs`).
         """

@@ -1,0 +1,114 @@
+"""The named steps of an approval: request it, apply a decision or an expiry, refuse one.
+
+A decision is applied reserve-then-consume in one guarded step: the approval must still be
+``pending`` and its call ``needs_approval``.  When the last pending approval of a batch is
+decided, the held calls are released in the same step (``paused_approval → executing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from callgate.approvals.record import ApprovalRecord
+from callgate.clock import now_ms
+from callgate.envelopes import ApprovalRequested
+from callgate.ledger.dispatch import Decided, dispatch
+from callgate.ledger.run_steps import RunSteps
+from callgate.ledger.tx import Tx
+from callgate.records import CallRecord, Effect, error_result
+from callgate.states import CallState, RunState
+
+APPROVAL_STATE = {CallState.APPROVED: "approved", CallState.DENIED: "denied"}
+
+
+class ApprovalSteps(RunSteps):
+    """Approval steps; `Ledger` mixes them in."""
+
+    def request_approval(self, tx: Tx, approval: ApprovalRecord, shown: dict[str, Any]) -> Tx:
+        """The pending record bound to the exact arguments, its index entry, its event, and
+        the notification a person (Slack, `callgate approvals`) acts on."""
+        key = self.keys.approval(approval.run_id, approval.approval_id)
+        tx.expect_missing(key).hset(key, approval.to_hash())
+        tx.zadd(self.keys.run_pending_approvals(approval.run_id),
+                {f"{approval.run_id} {approval.approval_id}": approval.expires_ms})
+        notice = ApprovalRequested(
+            run_id=approval.run_id, turn=approval.turn, call_id=approval.call_id,
+            approval_id=approval.approval_id, tool=approval.tool, args_hash=approval.args_hash,
+            arguments=shown, approver_role=approval.approver_role,
+            requested_by=approval.requested_by, expires_ms=approval.expires_ms,
+        )
+        event = notice.model_dump(exclude={"v", "msg_id", "run_id", "turn", "kind"})
+        self.event(tx, approval.run_id, "approval.requested", **event)
+        return self.outbox(tx, self.keys.run_stream("notify", approval.run_id), notice)
+
+    def apply_approval(
+        self,
+        record: ApprovalRecord,
+        to: CallState,
+        calls: Sequence[CallRecord],
+        *,
+        msg_id: str,
+        approver: str | None,
+        reason: str | None,
+    ) -> Tx:
+        """Decide ``record`` (approved, denied or expired) and, if it was the batch's last
+        pending approval, release the batch; guarded on every sibling still pending."""
+        tx = Tx()
+        state = APPROVAL_STATE.get(to, "expired")
+        self._consume(tx, record, state, approver, reason)
+        self.call_transition(tx, record.run_id, record.call_id, [CallState.NEEDS_APPROVAL], to,
+                             fields=_decision_fields(to, approver, reason))
+        self.event(tx, record.run_id, f"approval.{state}", approval_id=record.approval_id,
+                   call_id=record.call_id, approver=approver, reason=reason, msg_id=msg_id)
+        this = next(c for c in calls if c.call_id == record.call_id)
+        pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
+        for sibling in pending:
+            tx.expect(self.keys.call(sibling.run_id, sibling.call_id), "state",
+                      CallState.NEEDS_APPROVAL)
+        decided = _as_decided(this, to)
+        if pending:
+            return dispatch(self, tx, record.run_id, record.turn, [decided], writes=False)
+        held = [
+            _as_decided(c, c.state)
+            for c in calls
+            if c is not this and (c.state == CallState.APPROVED
+                                  or (c.state == CallState.ALLOWED and c.effect != Effect.READ))
+        ]
+        self.run_transition(tx, record.run_id, [RunState.PAUSED_APPROVAL], RunState.EXECUTING,
+                            expect_turn=record.turn, fields={"reason": None})
+        return dispatch(self, tx, record.run_id, record.turn, [decided, *held])
+
+    def _consume(
+        self, tx: Tx, record: ApprovalRecord, state: str, approver: str | None, reason: str | None
+    ) -> None:
+        key = self.keys.approval(record.run_id, record.approval_id)
+        tx.expect(key, "state", "pending")
+        tx.hset(key, {"state": state, "decided_by": approver or "", "decided_ms": now_ms(),
+                      "reason": reason or ""})
+        tx.zrem(self.keys.run_pending_approvals(record.run_id),
+                f"{record.run_id} {record.approval_id}")
+
+    def refuse_decision(self, run_id: str, *, only_if_run_exists: bool, **data: Any) -> Tx:
+        """Record a refused decision in the run's trace.  A forged decision naming no run
+        must not leave an event stream behind that nothing would ever expire."""
+        tx = Tx()
+        if only_if_run_exists:
+            tx.expect(self.keys.run(run_id), "status", *RunState)
+        return self.event(tx, run_id, "approval.refused", **data)
+
+
+def _decision_fields(to: CallState, approver: str | None, reason: str | None) -> dict[str, Any]:
+    if to == CallState.APPROVED:
+        return {"reason": f"approved by {approver}"}
+    if to == CallState.DENIED:
+        message = f"denied by approver {approver}: {reason or 'no reason given'}"
+        return {"reason": message, "result": error_result("denied_by_approver", message)}
+    message = "no approver decided before the approval expired"
+    return {"reason": message, "result": error_result("approval_expired", message)}
+
+
+def _as_decided(call: CallRecord, state: CallState) -> Decided:
+    # An approved call runs whatever its effect; `is_write` only orders it into a chain.
+    return Decided(call.call_id, call.index, state, is_write=call.effect != Effect.READ,
+                   resource_key=call.resource_key)

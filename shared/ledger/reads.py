@@ -1,0 +1,277 @@
+"""The ledger's I/O: applying guarded steps, and every read of runs, calls and history.
+
+Every state change is a `Tx` (guards + writes) run by one Lua script in one round trip; the
+ledger's own commands (the script and the record reads) go through the `AutoPipeline`, one
+round trip per event-loop iteration.  Other commands (event logs, indexes) go through the
+redis-py client.  Redis connection and timeout errors become `RedisUnavailableError` in one
+place, `redis_errors()`, so workers decide retry from the error alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, TypeVar
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from callgate.approvals.record import ApprovalRecord
+from callgate.config import Settings
+from callgate.errors import NotFoundError, RedisUnavailableError, TxRejectedError
+from callgate.facts import DecideFacts, DecideRunFacts, ExecFacts, ProposedCall
+from callgate.keys import Keys
+from callgate.ledger.base import LedgerBase
+from callgate.ledger.pipeline import AutoPipeline, Command
+from callgate.ledger.tx import Tx, TxResult
+from callgate.records import CallRecord, Event, RunRecord
+from callgate.states import CallState, RunState
+
+APPLY_LUA = (resources.files("callgate.ledger.lua") / "apply.lua").read_text(encoding="utf-8")
+APPLY_SHA = hashlib.sha1(APPLY_LUA.encode()).hexdigest()
+T = TypeVar("T")
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    """Map "the store did not answer" to `RedisUnavailableError` (retryable), once."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError) as exc:
+        raise RedisUnavailableError(f"redis unavailable: {exc}") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class Reads(LedgerBase):
+    """Applies steps and reads records over redis.asyncio (the named steps build on it)."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
+        super().__init__(keys, settings)
+        self.redis = redis
+        self.pipe = AutoPipeline(redis, settings.wire)
+        """Every ledger command goes through here: one round trip per event loop iteration."""
+
+    async def aclose(self) -> None:
+        """Close the ledger's own connection; the redis client stays its owner's to close."""
+        await self.pipe.aclose()
+
+    async def _cmds(self, commands: Sequence[Command]) -> list[Any]:
+        """Several commands in one round trip; a Redis error comes back in place of a reply."""
+        with redis_errors():
+            return await self.pipe.send(commands)
+
+    async def _reads(self, commands: Sequence[Command]) -> list[Any]:
+        """Several commands in one round trip; the first Redis error is raised."""
+        replies = await self._cmds(commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def _cmd(self, *command: Any) -> Any:
+        [reply] = await self._reads([command])
+        return reply
+
+    async def _client(self, call: Awaitable[T]) -> T:
+        """A command outside the ledger's own set, through the redis-py client."""
+        with redis_errors():
+            return await call
+
+    # ---- applying steps --------------------------------------------------------------
+    async def apply(self, tx: Tx) -> TxResult:
+        """Run one Tx atomically: all of it, or nothing and the guard that failed."""
+        [result] = await self.apply_many([tx])
+        return result
+
+    async def apply_many(self, txs: Sequence[Tx]) -> list[TxResult]:
+        """Run independent Txs in one pipelined round trip; each is atomic on its own.
+
+        If the script cache was flushed (NOSCRIPT), the script is loaded and those Txs are
+        sent again; they then run after the others of the batch, which is harmless because
+        the Txs of one batch are independent by contract.
+        """
+        replies = await self._cmds([_evalsha(tx) for tx in txs])
+        retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if retry:
+            await self._client(self.redis.script_load(APPLY_LUA))
+            again = await self._cmds([_evalsha(txs[i]) for i in retry])
+            for i, reply in zip(retry, again, strict=True):
+                replies[i] = reply
+        results = []
+        for tx, reply in zip(txs, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                raise _rejected(reply) from reply
+            results.append(tx.result(reply))
+        return results
+
+    # ---- records ---------------------------------------------------------------------
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        raw = await self._cmd("hgetall", self.keys.run(run_id))
+        return RunRecord.from_hash(raw) if raw else None
+
+    async def get_call(self, run_id: str, call_id: str) -> CallRecord | None:
+        raw = await self._cmd("hgetall", self.keys.call(run_id, call_id))
+        return CallRecord.from_hash(raw) if raw else None
+
+    async def get_approval(self, run_id: str, approval_id: str) -> ApprovalRecord | None:
+        raw = await self._cmd("hgetall", self.keys.approval(run_id, approval_id))
+        return ApprovalRecord.from_hash(raw) if raw else None
+
+    async def run_and_calls(
+        self, run_id: str, call_ids: Sequence[str]
+    ) -> tuple[RunRecord | None, list[CallRecord | None]]:
+        """The run and the calls asked for (None where missing), in one round trip."""
+        keys = [self.keys.run(run_id), *(self.keys.call(run_id, c) for c in call_ids)]
+        raw_run, *raws = await self._reads([("hgetall", key) for key in keys])
+        run = RunRecord.from_hash(raw_run) if raw_run else None
+        return run, [CallRecord.from_hash(raw) if raw else None for raw in raws]
+
+    async def run_and_history(self, run_id: str) -> tuple[RunRecord | None, list[bytes]]:
+        """The run and its provider-native history (one JSON item each), in one round trip."""
+        raw_run, items = await self._reads(
+            [("hgetall", self.keys.run(run_id)), ("lrange", self.keys.history(run_id), 0, -1)]
+        )
+        return (RunRecord.from_hash(raw_run) if raw_run else None), list(items)
+
+    async def run_and_turn_calls(
+        self, run_id: str, turn: int
+    ) -> tuple[RunRecord | None, list[str]]:
+        """The run and the call ids of its turn ``turn``, in one round trip."""
+        turn_calls = self.keys.turn_calls(run_id, turn)
+        raw_run, ids = await self._reads(
+            [("hgetall", self.keys.run(run_id)), ("lrange", turn_calls, 0, -1)]
+        )
+        return (RunRecord.from_hash(raw_run) if raw_run else None), [_text(i) for i in ids]
+
+    async def get_calls(self, run_id: str, call_ids: Sequence[str]) -> list[CallRecord]:
+        """The calls in the order asked, in one round trip; `NotFoundError` if any is missing."""
+        raws = await self._reads([("hgetall", self.keys.call(run_id, c)) for c in call_ids])
+        return require_calls(
+            run_id, call_ids, [CallRecord.from_hash(raw) if raw else None for raw in raws]
+        )
+
+    async def turn_calls(self, run_id: str, turn: int) -> list[CallRecord]:
+        """Every call of one turn, in provider order (two round trips)."""
+        ids = await self._cmd("lrange", self.keys.turn_calls(run_id, turn), 0, -1)
+        return await self.get_calls(run_id, [_text(i) for i in ids]) if ids else []
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        """The provider-native conversation, exactly as it must be resent."""
+        raw = await self._cmd("lrange", self.keys.history(run_id), 0, -1)
+        return [orjson.loads(v) for v in raw]
+
+    async def raw_responses(self, run_id: str) -> dict[int, dict[str, Any]]:
+        raw = await self._cmd("hgetall", self.keys.raw_responses(run_id))
+        return {int(k): orjson.loads(v) for k, v in sorted(raw.items(), key=lambda kv: int(kv[0]))}
+
+    async def events(self, run_id: str, count: int | None = None) -> list[Event]:
+        entries = await self._client(self.redis.xrange(self.keys.events(run_id), count=count))
+        return [Event.from_entry(entry_id, fields) for entry_id, fields in entries]
+
+    async def run_ids(self, partition: int, limit: int = 100) -> list[str]:
+        """The partition's most recent run ids, newest first."""
+        index = self.keys.runs_index(partition)
+        raw = await self._client(self.redis.zrevrange(index, 0, limit - 1))
+        return [_text(v) for v in raw]
+
+    async def run_call_ids(self, run_id: str, last_turn: int) -> list[str]:
+        """Every call id of turns 1..``last_turn``, in turn and provider order (one round trip)."""
+        keys = [self.keys.turn_calls(run_id, turn) for turn in range(1, last_turn + 1)]
+        lists = await self._reads([("lrange", key, 0, -1) for key in keys])
+        return [_text(call_id) for ids in lists for call_id in ids]
+
+    async def run_calls(self, run_id: str, last_turn: int) -> list[CallRecord]:
+        """Every call of turns 1..``last_turn``, in turn and provider order (two round trips)."""
+        call_ids = await self.run_call_ids(run_id, last_turn)
+        return await self.get_calls(run_id, call_ids) if call_ids else []
+
+    async def reused_provider_call_ids(
+        self, run_id: str, provider_call_ids: Sequence[str]
+    ) -> list[str]:
+        """Those of ``provider_call_ids`` that calls of this run already carry (one HMGET on
+        the index `create_call` fills): results pair by them, so none may be used twice."""
+        if not provider_call_ids:
+            return []
+        seen = await self._cmd("hmget", self.keys.provider_calls(run_id), *provider_call_ids)
+        return [pid for pid, hit in zip(provider_call_ids, seen, strict=True) if hit is not None]
+
+    # ---- the facts each hop decides on, from the ledger (`callgate.facts`) ------------
+    async def decide_facts(
+        self, run_id: str, turn: int, call_ids: Sequence[str]
+    ) -> DecideFacts | None:
+        """A turn's calls and the run's authority; None once decided or moved on."""
+        run, found = await self.run_and_calls(run_id, call_ids)
+        if run is None:
+            raise NotFoundError(f"run {run_id} does not exist")
+        if run.status != RunState.VALIDATING or run.turn != turn:
+            return None
+        calls = require_calls(run_id, call_ids, found)
+        if any(call.state != CallState.REQUESTED for call in calls):
+            return None
+        return DecideFacts(
+            run=DecideRunFacts.of(run), calls=tuple(ProposedCall.of(c) for c in calls)
+        )
+
+    async def exec_facts(self, run_id: str, call_id: str) -> ExecFacts | None:
+        """A decided call and who it runs for; None if it was never decided to run."""
+        run, [call] = await self.run_and_calls(run_id, [call_id])
+        if call is None or run is None:
+            raise NotFoundError(f"call {run_id}/{call_id} does not exist")
+        return ExecFacts.of(run, call)
+
+    # ---- retention -------------------------------------------------------------------
+    async def retention(self, tx: Tx, run_id: str, last_turn: int) -> Tx:
+        """Append `finish_run_ttl` for every key the run made: its calls (turns 1..``last_turn``)
+        and their approvals are read here, two round trips."""
+        call_ids = await self.run_call_ids(run_id, last_turn)
+        found = await self._reads(
+            [("hget", self.keys.call(run_id, call_id), "approval_id") for call_id in call_ids]
+        )
+        approval_ids = [_text(a) for a in found if a is not None]
+        return self.finish_run_ttl(tx, run_id, call_ids, last_turn, approval_ids)
+
+    async def prune_expired_runs(self, partition: int, now: int, limit: int = 1000) -> int:
+        """Drop the runs index entries of runs whose keys expired; returns how many.
+
+        Only runs created more than the retention ago can have expired; of those, up to
+        ``limit`` of the oldest are checked, live ones (long paused runs) skipped.
+        """
+        index = self.keys.runs_index(partition)
+        cutoff = now - self.settings.retention_s * 1000
+        oldest = await self._client(self.redis.zrangebyscore(index, "-inf", cutoff, 0, limit))
+        run_ids = [_text(r) for r in oldest]
+        alive = await self._reads([("exists", self.keys.run(r)) for r in run_ids])
+        gone = [r for r, n in zip(run_ids, alive, strict=True) if not n]
+        if gone:
+            await self._client(self.redis.zrem(index, *gone))
+        return len(gone)
+
+
+def require_calls(
+    run_id: str, call_ids: Sequence[str], found: Sequence[CallRecord | None]
+) -> list[CallRecord]:
+    """``found`` without gaps; `NotFoundError` naming the call ids that have no record."""
+    missing = [c for c, call in zip(call_ids, found, strict=True) if call is None]
+    if missing:
+        raise NotFoundError(f"run {run_id}: no record of calls {missing}")
+    return [call for call in found if call is not None]
+
+
+def _evalsha(tx: Tx) -> tuple[Any, ...]:
+    return ("evalsha", APPLY_SHA, len(tx.keys), *tx.keys, tx.payload())
+
+
+def _rejected(exc: ResponseError) -> Exception:
+    """A script error: our own op check (`TxRejectedError`) or anything else, unchanged."""
+    message = str(exc)
+    if "CGTX" in message:
+        return TxRejectedError(message[message.index("CGTX") :])
+    return exc
