@@ -205,15 +205,18 @@ def _exec_facts(facts: DecideFacts, d: Decision, fields: dict[str, Any]) -> Exec
     tool = d.tool
     if tool is None or d.arguments is None:
         return None
-    call = ExecCallFacts(
+    # Built from values this step has just checked and records: nothing to validate again.
+    call = ExecCallFacts.model_construct(
         tool=tool.name,
         tool_version=tool.version,
         effect=tool.effect,
         arguments=d.arguments,
         args_hash=d.args_hash,
         operation_id=fields.get("operation_id"),
+        approval_id=None,
     )
-    return ExecFacts(run=ExecRunFacts(identity=facts.run.identity), call=call)
+    run = ExecRunFacts.model_construct(identity=facts.run.identity)
+    return ExecFacts.model_construct(run=run, call=call, state=CallState.ALLOWED, attempts=0)
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

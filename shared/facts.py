@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, ClassVar, Final, Literal, Self, TypeVar
+from typing import Any, ClassVar, Final, Literal, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,10 +57,9 @@ class RecordFacts(BaseModel):
 
     @classmethod
     def of(cls, record: Record) -> Self:
-        """These facts as ``record`` holds them."""
-        return cls.model_validate(
-            {name: getattr(record, name) for name in cls.model_fields}, strict=False
-        )
+        """These facts as ``record`` holds them (a validated record: nothing to check again)."""
+        values = {name: getattr(record, name) for name in cls.model_fields}
+        return cast(Self, cls.model_construct(**values))
 
     def values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in type(self).model_fields}

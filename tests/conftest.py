@@ -18,6 +18,25 @@ TEST_TOOLS = (*DEMO_TOOLS, BENCH_TOOLS)
 """What a test deployment registers: the demo's tools and the benchmark's."""
 
 
+DEPLOYMENT_MODES: dict[str, dict[str, str]] = {
+    "default": {},
+    "carry-off": {"CALLGATE_CARRY": "0"},
+    "redis-py": {"CALLGATE_WIRE": "redis-py"},
+}
+"""Each way the pipeline can run: messages carry the facts their reader decides on (default)
+or every reader loads them from the ledger; the ledger's commands go over a bare hiredis
+connection (default) or plain redis-py.  The e2e and conformance suites run in each."""
+
+
+@pytest.fixture(scope="module", params=list(DEPLOYMENT_MODES))
+def deployment_mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """One of `DEPLOYMENT_MODES`, in the environment every process started meanwhile gets."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in DEPLOYMENT_MODES[request.param].items():
+            patch.setenv(name, value)
+        yield request.param
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[EmbeddedRedis]:
     with EmbeddedRedis() as server:

@@ -9,10 +9,13 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 import redis
 
 from callgate.ops.bench.report import TABLE_ROWS, TARGETS
 from callgate.ops.embedded_redis import EmbeddedRedis
+
+pytestmark = pytest.mark.slow
 
 SMOKE_TIMEOUT_S = 110
 

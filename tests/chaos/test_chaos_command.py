@@ -16,6 +16,8 @@ from callgate.ops.chaos.boundaries import BOUNDARIES, EFFECTS
 from callgate.ops.chaos.invariants import CHECKS
 from callgate.ops.stack import WORKERS
 
+pytestmark = pytest.mark.slow
+
 
 def chaos(*args: str, timeout_s: float) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(

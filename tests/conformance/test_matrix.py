@@ -19,12 +19,14 @@ from callgate.ops.conformance.observation import Observation
 from callgate.ops.conformance.runner import Outcome, Plan, run_matrix
 from callgate.ops.embedded_redis import EmbeddedRedis
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 MATRIX_BUDGET_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def matrix(redis_server: EmbeddedRedis) -> Iterator[dict[tuple[str, str], Outcome]]:
+def matrix(
+    redis_server: EmbeddedRedis, deployment_mode: str
+) -> Iterator[dict[tuple[str, str], Outcome]]:
     started = time.monotonic()
     outcomes = run_matrix(Plan(CASES), redis_url=redis_server.url)
     elapsed_s = time.monotonic() - started

@@ -19,6 +19,8 @@ from callgate.ops.conformance.pairing import result_pairs
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 
+pytestmark = pytest.mark.slow
+
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 WORKERS = ("ingress", "model_turn", "validator", "executor")
 
@@ -82,12 +84,12 @@ def start_stack(redis_server: EmbeddedRedis, replicas: int) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+def stack(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Stack]:
     yield from start_stack(redis_server, 1)
 
 
 @pytest.fixture(scope="module")
-def replicated(redis_server: EmbeddedRedis) -> Iterator[Stack]:
+def replicated(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Stack]:
     yield from start_stack(redis_server, 2)
 
 

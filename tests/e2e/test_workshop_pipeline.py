@@ -26,6 +26,8 @@ from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
 from tests import slack_clicks
 
+pytestmark = pytest.mark.slow
+
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 TOKEN = "xoxb-e2e-bot-token-77"
 SECRET = "e2e-signing-secret-5f2a"
@@ -145,7 +147,7 @@ class Workshop:
 
 
 @pytest.fixture(scope="module")
-def workshop(redis_server: EmbeddedRedis) -> Iterator[Workshop]:
+def workshop(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Workshop]:
     spec = SystemSpec(
         services=("booking",),
         scripted_model=True,

@@ -1,6 +1,7 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
-    callgate bench [--scenario latency|throughput|executors|recovery|memory …] [--runs N]
+    callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|executors|
+                               recovery|memory …] [--runs N]
                    [--json] [--smoke]
 
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
@@ -22,14 +23,15 @@ import redis.asyncio as aioredis
 
 from callgate.envelopes import new_id
 from callgate.keys import Keys
-from callgate.ops.bench import executors, latency, memory, report, throughput
+from callgate.ops.bench import executors, latency, memory, report, throughput, variants
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
+from callgate.ops.bench.variants import VARIANTS
 from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", "executors", "recovery", "memory")
+SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -87,6 +89,10 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             summary["latency"] = report.latency_summary(raw)
         if chosen & {"throughput", "memory"}:
             summary.update(await _throughput_memory(opts, redis_url, floor, chosen))
+        for variant in VARIANTS:
+            if variant in chosen:
+                summary[variant] = await variants.measure(variant, redis_url, opts.api,
+                                                          opts.runs, progress)
         await asyncio.to_thread(supervisor.stop_all)
         if chosen & {"executors", "recovery"}:
             raw = await executors.measure(redis_url, opts.exec_calls,

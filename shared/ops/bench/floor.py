@@ -115,8 +115,8 @@ def payloads() -> dict[str, bytes]:
     }
 
 
-def token_fields(hop: str, token: str, turn: int, turns: int, fanout: int) -> dict[Any, Any]:
-    return {"d": payloads()[hop], "r": token, "t": turn, "n": turns, "f": fanout}
+def token_fields(payload: bytes, token: str, turn: int, turns: int, fanout: int) -> dict[Any, Any]:
+    return {"d": payload, "r": token, "t": turn, "n": turns, "f": fanout}
 
 
 class Relay:
@@ -242,8 +242,9 @@ class FloorRelay:
         done = stream(self.keys, "done")
         last = await self.redis.xrevrange(done, count=1)
         pipe = self.redis.pipeline(transaction=False)
+        payload = payloads()["turns"]  # built once: the floor times the relay, not pydantic
         for token in tokens:
-            pipe.xadd(stream(self.keys, "turns"), token_fields("turns", token, 1, turns, fanout))
+            pipe.xadd(stream(self.keys, "turns"), token_fields(payload, token, 1, turns, fanout))
         await pipe.execute()
         return last[0][0].decode() if last else "0-0"
 

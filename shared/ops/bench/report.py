@@ -147,6 +147,8 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("throughput", "floor_calls_per_s", "batched floor (calls/s)"),
     ("throughput", "vs_floor", "  throughput / floor"),
     ("throughput", "cpu_ms_per_call", "  CPU per tool call, all processes (ms)"),
+    ("throughput-redis-py", "calls_per_s", "throughput, plain redis-py transport"),
+    ("throughput-aof", "calls_per_s", "throughput, Redis appendfsync always"),
     ("executors", "one_calls_per_s", "1 executor, 50 ms tools (calls/s)"),
     ("executors", "one_in_flight_mean", "  calls in flight (mean)"),
     ("executors", "two_calls_per_s", "2 executors, 50 ms tools (calls/s)"),
