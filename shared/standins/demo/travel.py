@@ -7,17 +7,21 @@ Register with ``load_registry(["callgate.standins.demo.travel"])``.  The service
 Scope (authorization lives here, not in the descriptions): ``alice`` may query only train
 G1234 on 2026-12-20, ``bob`` only D567 on 2026-12-20, a ``travel_admin`` any train; anyone
 may ask for the weather.
+
+``get_train_status`` is declared with the `Tool` constructor, ``get_weather`` with the `tool`
+decorator (its arguments and description come from the function's signature and docstring).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from callgate.errors import ToolError
 from callgate.standins.demo.http import tool_headers
 from callgate.tools.contract import Effect, Identity, IsoDate, Tool, ToolContext
+from callgate.tools.decorator import tool
 
 TRAVEL_URL_SETTING = "CALLGATE_TRAVEL_URL"
 DEFAULT_TRAVEL_URL = "http://127.0.0.1:8765"
@@ -37,13 +41,6 @@ class TrainStatusArgs(BaseModel):
         pattern=TRAIN_NUMBER_PATTERN, description="Train number, e.g. G1234 or D567."
     )
     date: IsoDate = Field(description="Travel date, YYYY-MM-DD.")
-
-
-class WeatherArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    city: str = Field(min_length=1, max_length=64, description="City name, e.g. Hangzhou.")
-    date: IsoDate = Field(description="Date of the forecast, YYYY-MM-DD.")
 
 
 async def _get_json(
@@ -70,11 +67,6 @@ async def _train_status(
     return await _get_json(ctx, "/train_status", params, operation_id, "no such train")
 
 
-async def _weather(ctx: ToolContext, args: WeatherArgs, operation_id: str) -> dict[str, Any]:
-    params = {"city": args.city, "date": args.date}
-    return await _get_json(ctx, "/weather", params, operation_id, "no weather data for that city")
-
-
 def _authorize_train(identity: Identity, args: TrainStatusArgs) -> str | None:
     if ADMIN_ROLE in identity.roles:
         return None
@@ -94,14 +86,22 @@ get_train_status = Tool(
     timeout_s=2.0,
 )
 
-get_weather = Tool(
-    name="get_weather",
-    version="1",
-    description="Weather forecast (condition, low and high in °C) for a city on a date.",
-    args_model=WeatherArgs,
-    effect=Effect.READ,
-    execute=_weather,
-    timeout_s=3.0,
-)
+
+@tool(effect=Effect.READ, timeout_s=3.0)
+async def get_weather(
+    ctx: ToolContext,
+    city: Annotated[str, Field(min_length=1, max_length=64)],
+    date: IsoDate,
+    operation_id: str,
+) -> dict[str, Any]:
+    """Weather forecast (condition, low and high in °C) for a city on a date.
+
+    Args:
+        city: City name, e.g. Hangzhou.
+        date: Date of the forecast, YYYY-MM-DD.
+    """
+    params = {"city": city, "date": date}
+    return await _get_json(ctx, "/weather", params, operation_id, "no weather data for that city")
+
 
 TOOLS: list[Tool[Any]] = [get_train_status, get_weather]
