@@ -10,19 +10,21 @@ base64url, short enough for a trust file, a log line or a chat message.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from callgate.errors import CallgateError
 
 PUBLIC_KEY_PREFIX = "ed25519:"
-_RAW_KEY_BYTES = 32
+_ENCODED_KEY = re.compile(r"[A-Za-z0-9_-]{43}")
+"""32 bytes in unpadded base64url: 43 characters of the URL-safe alphabet, nothing else."""
 
 
 class KeyFileError(CallgateError):
@@ -108,7 +110,7 @@ def read_private_key(path: Path) -> Ed25519PrivateKey:
         ) from None
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError, binascii.Error):
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         raise KeyFileError(
             f"key file {path} is not an unencrypted PEM private key: replace it with one made "
             "by `callgate keys new NAME`"
@@ -133,8 +135,8 @@ def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
 def parse_public_key(text: str) -> Ed25519PublicKey:
     """The Ed25519 public key in ``text``: the ``ed25519:`` form or a PEM public key.
 
-    Raises ValueError saying what was expected for anything else, including a base64 text
-    that is not the canonical encoding of exactly 32 bytes.
+    Raises ValueError saying what was expected for anything else, including a text that is
+    not the one canonical encoding of exactly 32 bytes (so one key has one text).
     """
     stripped = text.strip()
     if stripped.startswith("-----BEGIN"):
@@ -145,13 +147,12 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
             f"key, not {_preview(stripped)}"
         )
     encoded = stripped.removeprefix(PUBLIC_KEY_PREFIX)
-    try:
-        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{_preview(stripped)} is not valid unpadded base64url") from None
-    if len(raw) != _RAW_KEY_BYTES:
-        raise ValueError(f"an Ed25519 public key is 32 bytes, {_preview(stripped)} has {len(raw)}")
-    key = Ed25519PublicKey.from_public_bytes(raw)
+    if not _ENCODED_KEY.fullmatch(encoded):
+        raise ValueError(
+            f"{_preview(stripped)} is not an Ed25519 public key: expected 43 characters of "
+            f"unpadded base64url (32 bytes) after '{PUBLIC_KEY_PREFIX}'"
+        )
+    key = Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(encoded + "="))
     if public_key_text(key) != stripped:
         raise ValueError(f"{_preview(stripped)} is not the canonical text of its key")
     return key

@@ -29,9 +29,7 @@ def _mode(path: Path) -> int:
 
 
 def _raw(key: Ed25519PrivateKey) -> bytes:
-    return key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def _raw_public(key: object) -> bytes:
@@ -154,15 +152,23 @@ def test_a_pem_public_key_is_accepted() -> None:
         ("", "must look like"),
         ("AAAA", "must look like"),
         ("rsa:" + "A" * 43, "must look like"),
-        ("ed25519:not base64!", "not valid unpadded base64url"),
-        ("ed25519:" + "A" * 22, "32 bytes"),
-        ("ed25519:" + "A" * 44, "32 bytes"),
+        ("ed25519:not base64!", "expected 43 characters of unpadded base64url"),
+        ("ed25519:" + "A" * 22, "expected 43 characters"),
+        ("ed25519:" + "A" * 44, "expected 43 characters"),
+        ("ed25519:" + "A" * 42 + "=", "expected 43 characters"),
         ("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----", "not a valid public key"),
     ],
 )
 def test_anything_else_is_a_clear_value_error(text: str, complaint: str) -> None:
     with pytest.raises(ValueError, match=complaint):
         parse_public_key(text)
+
+
+def test_characters_outside_base64url_are_refused_not_skipped() -> None:
+    text = public_key_text(new_private_key())
+    for intruder in ("*", " ", "+", "/", "="):
+        with pytest.raises(ValueError, match="expected 43 characters of unpadded base64url"):
+            parse_public_key(text[:20] + intruder + text[21:])  # still 43 characters
 
 
 def test_a_non_canonical_encoding_of_a_key_is_refused() -> None:
