@@ -4,10 +4,8 @@ A JSON document the deployment owns (never a message, never a run spec) naming t
 services, the people, the delegates that sign for people they authenticated themselves, and the
 identity providers.  Each key id (the name of a submitter, person or delegate) is unique across
 the three maps, so a token's ``kid`` selects exactly one entry and one rule.  Every public key
-is parsed when the file is loaded, so a typo fails at start-up, not at the first decision.
-
-Issuers' JWKS files are read at load time too; a rotated JWKS takes effect when the trust file
-is loaded again.
+and JWKS file is read when the file is loaded, so a typo fails at start-up, not at the first
+decision; a rotated JWKS takes effect when the trust file is loaded again.
 """
 
 from __future__ import annotations
