@@ -50,7 +50,7 @@ def ensure_private_dir(path: Path) -> None:
 def write_secret_file(path: Path, data: bytes, *, overwrite: bool = False) -> None:
     """Write ``data`` to ``path`` atomically with mode 0600.
 
-    The bytes go to a temporary file in the same folder first (created 0600 by ``mkstemp``,
+    The bytes go to a temporary file in the same folder first (0600 whatever the umask,
     fsynced), which then takes the final name in one step: ``os.replace`` when overwriting,
     otherwise ``os.link``, which fails if the name exists, so two writers racing for a new
     file cannot both win.  Raises FileExistsError when the file exists and ``overwrite`` is
@@ -60,6 +60,7 @@ def write_secret_file(path: Path, data: bytes, *, overwrite: bool = False) -> No
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as tmp:
+            os.fchmod(tmp.fileno(), 0o600)  # mkstemp's 0600 is reduced by the umask too
             tmp.write(data)
             tmp.flush()
             os.fsync(tmp.fileno())

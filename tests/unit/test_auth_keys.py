@@ -46,10 +46,11 @@ def test_a_written_key_reads_back_as_the_same_key(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
 
 
-def test_the_key_file_is_0600_and_the_folder_it_creates_0700(tmp_path: Path) -> None:
-    old_umask = os.umask(0o022)  # a umask that would leave both readable by others
+@pytest.mark.parametrize("umask", [0o000, 0o022, 0o277])
+def test_the_key_file_is_0600_and_the_folder_it_creates_0700(tmp_path: Path, umask: int) -> None:
+    old_umask = os.umask(umask)  # whatever the umask: lax, usual, or one that strips the owner
     try:
-        path = tmp_path / "home" / "keys" / "carol.pem"
+        path = tmp_path / "keys" / "carol.pem"  # one new folder: 0o277 would lock out its parent
         write_private_key(path, new_private_key())
     finally:
         os.umask(old_umask)
