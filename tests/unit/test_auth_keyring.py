@@ -191,7 +191,7 @@ def test_default_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _ensure_at_once(home: str, person: str, start: multiprocessing.synchronize.Barrier) -> None:
     """One process of the race: wait for the others, then set up the same home."""
-    start.wait()
+    start.wait(timeout=30)
     LocalKeyring(Path(home)).ensure({**DEFAULT_PEOPLE, person: ["racer"]})
 
 
@@ -210,6 +210,8 @@ def test_processes_ensuring_at_once_end_with_one_consistent_trust_file(
         process.start()
     for process in processes:
         process.join(timeout=60)
+        if process.is_alive():  # a stuck racer must not outlive the test
+            process.kill()
     assert [process.exitcode for process in processes] == [0] * len(racers)
     keyring = LocalKeyring(home)
     trust = load_trust(keyring.trust_file)
