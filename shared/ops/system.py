@@ -20,6 +20,7 @@ from typing import Literal
 
 from callgate.config import Settings
 from callgate.envelopes import new_id
+from callgate.logs import mask_url_password
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port, redis_answers
 from callgate.ops.stack import WORKERS, available_workers, base_env, default_redis_url, worker_argv
 from callgate.ops.supervisor import Supervisor, quiet_sink
@@ -131,12 +132,15 @@ class LocalSystem:
             candidate = self.env.get("REDIS_URL") or default_redis_url()
             url = candidate if redis_answers(candidate) else None
             if url is None:
-                self.progress(f"{candidate} does not answer; starting an embedded Redis")
+                shown = mask_url_password(candidate)
+                self.progress(f"{shown} does not answer; starting an embedded Redis")
         if url is None:
             self.redis = EmbeddedRedis(appendonly=self.spec.redis != "private").start()
             url = self.redis.url
         self.env["REDIS_URL"] = url
-        self.progress(f"Redis at {url}, key prefix {self.env['CALLGATE_KEY_PREFIX']}")
+        # The URL may carry a user's password: say where Redis is, never how to get in.
+        shown = mask_url_password(url)
+        self.progress(f"Redis at {shown}, key prefix {self.env['CALLGATE_KEY_PREFIX']}")
 
     def start_service(self, name: str) -> str:
         """Start demo service ``name`` on a fixed free port; export its URL to the tools."""

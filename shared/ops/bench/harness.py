@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from callgate.client import CallgateClient, settled
 from callgate.keys import Keys
+from callgate.logs import mask_url_password
 from callgate.ops.bench.tools import MODULE as TOOLS_MODULE
 from callgate.ops.embedded_redis import EmbeddedRedis, redis_answers
 from callgate.ops.stack import Progress, default_redis_url, worker_argv
@@ -47,13 +48,13 @@ def bench_redis(url: str | None, progress: Progress, *, private: bool = False) -
     redis-server for the duration."""
     candidate = url or os.environ.get("REDIS_URL") or default_redis_url()
     if not private and redis_answers(candidate):
-        progress(f"Redis at {candidate}")
+        progress(f"Redis at {mask_url_password(candidate)}")
         yield candidate
         return
     if url is not None:
-        raise RuntimeError(f"no Redis answers at {url}")
+        raise RuntimeError(f"no Redis answers at {mask_url_password(url)}")
     with EmbeddedRedis() as own:
-        why = "asked for" if private else f"{candidate} does not answer"
+        why = "asked for" if private else f"{mask_url_password(candidate)} does not answer"
         progress(f"private Redis ({why}) at {own.url}")
         yield own.url
 
