@@ -42,7 +42,7 @@ TRAVEL_RUN = {
     "model": "travel-parallel",
     "input": "Train G1234 and Hangzhou weather?",
     "identity": {"user": "alice"},
-    "tool_modules": ["callgate.standins.demo.travel"],
+    "allowed_tools": ["get_train_status", "get_weather"],
     "max_turns": 6,
 }
 """The travel demo run of tests/e2e/test_travel_pipeline.py: two reads, then an answer."""

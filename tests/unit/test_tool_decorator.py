@@ -18,9 +18,9 @@ from callgate.tools.contract import (
     Reconciliation,
     Tool,
     ToolContext,
-    ToolRegistry,
 )
 from callgate.tools.decorator import function_of, tool
+from callgate.tools.registry import ToolRegistry
 
 CALLS: list[dict[str, Any]] = []
 """What the decorated test functions were called with, in order."""
