@@ -24,7 +24,7 @@ from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, ExecRequest
 from callgate.errors import EnvelopeError, NotFoundError, ToolError
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
-from callgate.ledger.call_steps import Outcome
+from callgate.ledger.steps import Outcome
 from callgate.logs import log_fields
 from callgate.records import Effect, error_result, ok_result
 from callgate.states import CallState

@@ -31,7 +31,7 @@ from callgate.facts import (
     decide,
 )
 from callgate.ledger.binding import Binding, bind
-from callgate.ledger.run_steps import items_json
+from callgate.ledger.steps import items_json
 from callgate.ledger.store import require_calls
 from callgate.ledger.tx import Tx, TxResult
 from callgate.logs import log_fields

@@ -12,11 +12,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 from arq.jobs import Job
 
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.errors import JobFailedError, NotFoundError
 from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from callgate.keys import Keys
@@ -75,7 +75,7 @@ class CallgateClient:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or Settings()
         self.keys = Keys(self.settings.key_prefix, self.settings.partitions)
-        self.redis = aioredis.Redis.from_url(self.settings.redis_url)
+        self.redis = redis_client(self.settings.redis_url)
         self.ledger = Ledger(self.redis, self.keys, self.settings)
         self._pool: ArqRedis | None = None
 

@@ -101,7 +101,7 @@ class DecideRunFacts(RecordFacts):
 
     record = RunRecord
     identity: dict[str, Any]
-    allowed_tools: tuple[str, ...]
+    allowed_tools: list[str]
     batch_policy: Literal["hold_effects", "run_allowed"]
     approval_ttl_s: float | None
 

@@ -14,7 +14,7 @@ from callgate.approvals.record import ApprovalRecord
 from callgate.clock import now_ms
 from callgate.envelopes import ApprovalRequested
 from callgate.ledger.dispatch import Decided, dispatch
-from callgate.ledger.run_steps import RunSteps
+from callgate.ledger.reads import Reads
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, Effect, error_result
 from callgate.states import CallState, RunState
@@ -22,7 +22,7 @@ from callgate.states import CallState, RunState
 APPROVAL_STATE = {CallState.APPROVED: "approved", CallState.DENIED: "denied"}
 
 
-class ApprovalSteps(RunSteps):
+class ApprovalSteps(Reads):
     """Approval steps; `Ledger` mixes them in."""
 
     def request_approval(self, tx: Tx, approval: ApprovalRecord, shown: dict[str, Any]) -> Tx:

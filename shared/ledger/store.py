@@ -1,10 +1,11 @@
 """`Ledger`: the durable ledger on Redis — every read and every named step, in one object.
 
-    LedgerBase (base.py)       the vocabulary: transitions, events, outbox, retention (pure)
-    └── Reads (reads.py)       applying steps, reading records and facts (I/O)
-        └── RunSteps           start a run, record a response, end or advance a turn
-            └── ApprovalSteps  request, apply and refuse approvals
-                └── CallSteps  decide a turn's calls, take, settle and reconcile a call
+    LedgerBase (base.py)            the vocabulary: transitions, events, outbox, retention
+    └── Reads (reads.py)            applying steps, reading records and facts (I/O)
+        └── ApprovalSteps           request, apply and refuse approvals
+            └── LoopSteps (steps.py)  a run's steps (start, record a response, end or
+                                      advance a turn) and a call's (decide, take, settle,
+                                      reconcile)
 
 Services call a named step to build a guarded `Tx` and `apply` it (with their message's ack,
 `Delivery.ack_with`) in one atomic step; they never write a key themselves.
@@ -12,12 +13,12 @@ Services call a named step to build a guarded `Tx` and `apply` it (with their me
 
 from __future__ import annotations
 
-from callgate.ledger.call_steps import CallSteps
 from callgate.ledger.reads import redis_errors, require_calls
+from callgate.ledger.steps import LoopSteps
 from callgate.ledger.tx import Guard, Tx, TxResult
 
 __all__ = ["Guard", "Ledger", "Tx", "TxResult", "redis_errors", "require_calls"]
 
 
-class Ledger(CallSteps):
+class Ledger(LoopSteps):
     """Reads and named steps of runs, calls, approvals, history and events."""

@@ -22,6 +22,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.slack import messages
@@ -48,9 +49,7 @@ class SlackBot:
         self.slack = slack
         self.keys = Keys(settings.key_prefix, settings.partitions)
         self._own_redis = redis is None
-        self.redis = redis or aioredis.Redis.from_url(
-            settings.redis_url, health_check_interval=5, socket_keepalive=True
-        )
+        self.redis = redis or redis_client(settings.redis_url)
         self.client = AsyncWebClient(
             token=slack.bot_token.get_secret_value(), base_url=slack.api_url,
             timeout=slack.api_timeout_s, logger=logging.getLogger("callgate.slack.sdk"),

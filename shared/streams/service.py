@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from callgate import eventloop
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
@@ -62,9 +63,7 @@ def consumer_name(service: str, pid: int | None = None) -> str:
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
     settings = settings or Settings()
-    client = aioredis.Redis.from_url(
-        settings.redis_url, health_check_interval=5, socket_keepalive=True
-    )
+    client = redis_client(settings.redis_url)
     keys = Keys(settings.key_prefix, settings.partitions)
     ledger = Ledger(client, keys, settings)
     registry = load_registry(settings.tool_modules)

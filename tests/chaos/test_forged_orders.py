@@ -17,7 +17,7 @@ from callgate.states import CallState, RunState
 from tests.chaos.conftest import Deployment
 from tests.seed import seed
 
-WORKSHOP = ("check_seats", "check_eligibility", "reserve_seat")
+WORKSHOP = ["check_seats", "check_eligibility", "reserve_seat"]
 FOR_BOB = orjson.dumps({"event_id": "ws-101", "participant_id": "p-bob"}).decode()
 FOR_ALICE = orjson.dumps({"event_id": "ws-101", "participant_id": "p-alice"}).decode()
 

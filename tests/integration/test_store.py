@@ -19,7 +19,7 @@ from callgate.errors import (
     TxRejectedError,
 )
 from callgate.keys import STREAM_KINDS, Keys
-from callgate.ledger.run_steps import items_json
+from callgate.ledger.steps import items_json
 from callgate.ledger.store import Ledger, Tx
 from callgate.ops.embedded_redis import free_port
 from callgate.records import CallRecord, RunRecord, error_result, ok_result

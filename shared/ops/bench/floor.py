@@ -84,7 +84,7 @@ def payloads() -> dict[str, bytes]:
                 turn=12,
                 call_ids=("t12.0",),
                 facts=DecideFacts(
-                    run=DecideRunFacts(identity={"user": "bench"}, allowed_tools=("bench_read",),
+                    run=DecideRunFacts(identity={"user": "bench"}, allowed_tools=["bench_read"],
                                        batch_policy="hold_effects", approval_ttl_s=None),
                     calls=(ProposedCall(call_id="t12.0", index=0, tool="bench_read",
                                         raw_arguments='{"key":"k12"}'),),
