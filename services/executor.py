@@ -1,14 +1,15 @@
 """executor worker: runs allowed and approved calls, each exactly once per decision.
 
 It decides from the call's facts (`callgate.facts.ExecFacts`: who it runs for, the tool, its
-version and arguments), carried by the exec message or read from the ledger.  Taking a write
-is a compare-and-set (``allowed|approved → executing``, attempt n → n+1), so a redelivered
-message never starts a second execution while the first is alive.  A message redelivered
-because its executor died finds the call still ``executing``: an idempotent write is retried
-with the same operation id, and a write becomes ``unknown`` and goes to the reconciler —
-never replayed (DESIGN §8).  A read is safe to redo, so it runs first and is taken and
-settled in one step.  A lost answer (timeout, dropped connection) fails a read with an
-explicit error and makes any write ``unknown``.
+version and arguments), carried by the exec message or read from the ledger, and takes the
+call — a compare-and-set ``allowed|approved → executing`` guarded on those very facts —
+before anything runs: a message whose facts the ledger does not hold runs nothing.  A
+redelivered message never starts a second execution while the first is alive.  A message
+redelivered because its executor died finds the call still ``executing``: a read is redone,
+an idempotent write is retried with the same operation id, and a write becomes ``unknown`` and
+goes to the reconciler — never replayed (DESIGN §8).  Just before dispatch an approved call's
+binding is checked against exactly what is sent.  A lost answer (timeout, dropped connection)
+fails a read with an explicit error and makes any write ``unknown``.
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ import time
 from typing import Any
 
 import aiohttp
+from pydantic import BaseModel
 
+from callgate.auth.tokens import verify_decision
 from callgate.crashpoints import crash_point
+from callgate.decisions.claims import read_approval_claims
+from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import Envelope, ExecRequest
-from callgate.errors import EnvelopeError, NotFoundError, ToolError
+from callgate.errors import AuthError, EnvelopeError, NotFoundError, ToolError
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
 from callgate.ledger.steps import Outcome
 from callgate.logs import log_fields
 from callgate.records import Effect, error_result, ok_result
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.tools.canonical import args_hash
 from callgate.tools.contract import Tool, ToolContext, context_of
 
 log = logging.getLogger("callgate.executor")
@@ -75,44 +81,28 @@ class Executor:
             tx = self.ledger.orphaned_write(message, facts.attempts, message.chain)
             await self.ledger.apply(delivery.ack_with(tx))
             return None
-        if tool.effect is Effect.READ and facts.call.approval_id is None:
-            return await self._read(message, facts, tool, delivery)
         return await self._take_and_run(message, facts, tool, delivery)
-
-    async def _read(
-        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], delivery: Delivery
-    ) -> Mismatch | None:
-        """Run, then take and settle in one step guarded on the facts it ran on."""
-        crash_point("executor.after_take")
-        attempt = facts.attempts + 1
-        outcome = await self._execute(self._context(message, facts, attempt), tool, facts,
-                                      message.call_id)
-        crash_point("executor.after_request")
-        tx, binding = self.ledger.read_through(
-            message, facts, attempt, self.rt.consumer, outcome, message.chain,
-            tool.sensitive_fields,
-        )
-        result = await asyncio.shield(self.ledger.apply(delivery.ack_with(tx)))
-        crash_point("executor.after_persist")
-        return MISMATCH if binding.broken(result) else None
 
     async def _take_and_run(
         self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], delivery: Delivery
     ) -> Mismatch | None:
         attempt = facts.attempts + 1
-        tx, binding = self.ledger.take_call(
+        tx, _ = self.ledger.take_call(
             message.run_id, message.call_id, facts, attempt, self.rt.consumer
         )
         taken = await self.ledger.apply(tx)
         if not taken.ok:
-            return MISMATCH if binding.broken(taken) else None
+            # Facts or state moved on: decide again from the ledger, which may show this very
+            # call orphaned in ``executing`` by an attempt that lost Redis or its process.
+            return MISMATCH
         crash_point("executor.after_take")
-        broken = await self._approval_binding_error(message, facts, tool)
+        sent = tool.validate(facts.call.arguments)  # exactly what goes out
+        broken = await self._approval_binding_error(message, facts, tool, sent)
         if broken is not None:
             outcome = Outcome(CallState.FAILED, error_result("approval_mismatch", broken))
         else:
             op_id = facts.call.operation_id or message.call_id
-            outcome = await self._execute(self._context(message, facts, attempt), tool, facts,
+            outcome = await self._execute(self._context(message, facts, attempt), tool, sent,
                                           op_id)
         crash_point("executor.after_request")
         settle = self.ledger.settle_call(message, attempt, outcome, message.chain,
@@ -126,9 +116,11 @@ class Executor:
                           self.session, attempt)
 
     async def _approval_binding_error(
-        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any]
+        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], sent: BaseModel
     ) -> str | None:
-        """Re-check, just before dispatch, that the approval still binds this exact call."""
+        """Re-check, just before dispatch, that a signed approval binds exactly what is sent:
+        the hash of these very arguments, this call, this tool version, and a decision token
+        from a person who holds the role (never the stored copies alone)."""
         approval_id = facts.call.approval_id
         if approval_id is None:
             return None
@@ -137,16 +129,33 @@ class Executor:
             return "the approval record is missing"
         if approval.state != "approved":
             return f"the approval is {approval.state}, not approved"
-        if approval.args_hash != facts.call.args_hash or approval.call_id != message.call_id:
+        sent_hash = args_hash(tool.dump(sent))
+        if sent_hash != approval.args_hash or approval.call_id != message.call_id:
             return "the arguments differ from the approved ones"
         if approval.tool_version != tool.version:
             return f"the tool changed from version {approval.tool_version} to {tool.version}"
+        return self._signature_error(approval, message.run_id, sent_hash)
+
+    def _signature_error(self, approval: ApprovalRecord, run_id: str, sent: str) -> str | None:
+        if approval.decision_token is None:
+            return "the approval carries no signed decision"
+        try:
+            decided = verify_decision(approval.decision_token, self.rt.trust.current(),
+                                      now=(approval.decided_ms or 0) / 1000)
+            claims = read_approval_claims(decided.claims)
+        except AuthError as exc:
+            return f"the approval's decision does not verify: {exc.reason}"
+        if (claims.act, claims.run, claims.apr, claims.hash) != (
+            "approve", run_id, approval.approval_id, sent,
+        ):
+            return "the signed decision does not approve these arguments"
+        if approval.approver_role not in decided.roles:
+            return f"{decided.person} does not hold the role {approval.approver_role}"
         return None
 
     async def _execute(
-        self, ctx: ToolContext, tool: Tool[Any], facts: ExecFacts, operation_id: str
+        self, ctx: ToolContext, tool: Tool[Any], args: BaseModel, operation_id: str
     ) -> Outcome:
-        args = tool.validate(facts.call.arguments)
         started = time.perf_counter()
         try:
             # A timeout scope, not wait_for: on Python 3.11 that wraps every call in a task.
@@ -182,7 +191,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return Executor(runtime, session).handle
 
 
-SPEC = ServiceSpec("executor", ("exec",), _make_handler, fail_run_for_dead_letter)
+SPEC = ServiceSpec("executor", ("exec",), _make_handler, (ExecRequest,))
 
 if __name__ == "__main__":
     main(SPEC)

@@ -47,6 +47,7 @@ from callgate.loop.decisions import (
     after_model,
     after_results,
     budget_end,
+    over_limits,
 )
 from callgate.loop.joins import TurnJoins
 from callgate.loop.results import echo_free, marks_sensitive, result_input
@@ -55,7 +56,7 @@ from callgate.providers.base import FinalAnswer, ProviderAdapter, TurnInput, Tur
 from callgate.records import CallRecord, RunRecord
 from callgate.states import RunState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.service import Runtime, ServiceSpec, main
 from callgate.tools.acceptance import check_acceptance
 
 log = logging.getLogger("callgate.model_turn")
@@ -122,8 +123,8 @@ class ModelTurn:
             handed_off = Finish(RunState.HANDED_OFF, reason=ended)
             applied = await self._finish(tx, run, handed_off, None, delivery)
             return MISMATCH if binding.broken(applied) else None
-        outcome, step = await self._ask(run, facts.history)
-        self.ledger.model_response(tx, run, outcome.record, outcome.event.kind)
+        outcome, step, raw = await self._ask(run, facts.history)
+        self.ledger.model_response(tx, run, outcome.record, outcome.event.kind, raw)
         match step:
             case Finish():
                 applied = await self._finish(tx, run, step, outcome, delivery)
@@ -145,8 +146,11 @@ class ModelTurn:
         self.ledger.expect_history(tx, run.run_id, len(history))
         return Binding({(self.rt.keys.history(run.run_id), "")})
 
-    async def _ask(self, run: RunRecord, history: list[bytes]) -> tuple[TurnOutcome, ModelStep]:
-        """The model's answer to this turn and what it means, after any retries."""
+    async def _ask(
+        self, run: RunRecord, history: list[bytes]
+    ) -> tuple[TurnOutcome, ModelStep, bytes]:
+        """The model's answer to this turn, what it means (after any retries), and the raw
+        response as the ledger keeps it."""
         adapter = self.adapter(run.api)
         turn_input = TurnInput(
             model=run.model,
@@ -161,20 +165,34 @@ class ModelTurn:
             attempt += 1
             outcome = await adapter.complete(turn_input)
             crash_point("model_turn.after_request")
+            raw, flooded = self._kept(outcome)
             acceptance_error = None
-            if isinstance(outcome.event, FinalAnswer):
+            if isinstance(outcome.event, FinalAnswer) and flooded is None:
                 acceptance_error = check_acceptance(run.acceptance, outcome.event.text,
                                                     self.registry.validators)
             step = after_model(run, outcome.event, attempt=attempt,
                                max_retries=self.rt.settings.model_max_retries,
-                               acceptance_error=acceptance_error)
+                               acceptance_error=acceptance_error, over_limits=flooded)
             if not isinstance(step, RetryModel):
-                return outcome, step
+                return outcome, step, raw
             await self.ledger.apply(self.ledger.note_retry(run, attempt, step.reason,
                                                            step.delay_s))
             log.info("model retry", extra=log_fields(run_id=run.run_id, turn=run.turn,
                                                      reason=step.reason, delay_s=step.delay_s))
             await asyncio.sleep(step.delay_s)
+
+    def _kept(self, outcome: TurnOutcome) -> tuple[bytes, str | None]:
+        """The raw response as the ledger keeps it, and why it is over the limits (then only a
+        summary is kept: a flood is not stored, nor ever resent)."""
+        raw = orjson.dumps(outcome.record)  # as `to_json()`, without deep-copying it
+        settings = self.rt.settings
+        flooded = over_limits(outcome.event, len(raw), max_calls=settings.max_calls_per_turn,
+                              max_bytes=settings.max_response_bytes)
+        if flooded is None:
+            return raw, None
+        kept = {"provider": outcome.record.provider, "api": outcome.record.api,
+                "response_id": outcome.record.response_id, "omitted": flooded}
+        return orjson.dumps(kept), flooded
 
     async def _finish(
         self, tx: Tx, run: RunRecord, step: Finish, outcome: TurnOutcome | None,
@@ -244,7 +262,8 @@ class ModelTurn:
             run.run_id, [c.provider_call_id for c in step.calls]
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-        tx = self.ledger.model_response(Tx(), run, outcome.record, outcome.event.kind)
+        tx = self.ledger.model_response(Tx(), run, outcome.record, outcome.event.kind,
+                                        self._kept(outcome)[0])
         await self._finish(tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome,
                            delivery)
 
@@ -347,7 +366,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return worker.handle
 
 
-SPEC = ServiceSpec("model_turn", ("turns", "results"), _make_handler, fail_run_for_dead_letter)
+SPEC = ServiceSpec("model_turn", ("turns", "results"), _make_handler, (TurnRequest, CallResult))
 
 if __name__ == "__main__":
     main(SPEC)

@@ -24,7 +24,7 @@ from callgate.logs import log_fields
 from callgate.records import CallRecord, Effect, RunRecord, error_result, ok_result
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.service import Runtime, ServiceSpec, main
 from callgate.tools.contract import Reconciliation, Tool, call_context
 
 log = logging.getLogger("callgate.reconciler")
@@ -128,7 +128,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return Reconciler(runtime, session).handle
 
 
-SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, fail_run_for_dead_letter)
+SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, (ReconcileRequest,))
 
 if __name__ == "__main__":
     main(SPEC)

@@ -8,7 +8,8 @@ step, so a redelivered batch is a no-op.  It decides from the turn's facts
 message or read from the ledger; a tool's preconditions (which may do I/O) run only after a
 guarded check that the ledger holds those facts.  Calls that need a human get an approval
 bound to their exact arguments; the run pauses, and by default nothing with an effect runs
-until the whole batch is decided.  Decisions arrive on the approvals stream (`approvals.flow`).
+until the whole batch is decided.  Signed decisions arrive on the decisions stream
+(`callgate.decisions.flow`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import Any
 
 import aiohttp
 
-from callgate.approvals.expiry import ApprovalExpiryScheduler
-from callgate.approvals.flow import ApprovalFlow
-from callgate.approvals.record import ApprovalRecord
 from callgate.clock import now_ms
-from callgate.envelopes import ApprovalDecision, ApprovalExpired, Envelope, ValidateRequest, new_id
+from callgate.decisions.expiry import ApprovalExpiryScheduler
+from callgate.decisions.flow import ApprovalFlow
+from callgate.decisions.record import ApprovalRecord
+from callgate.envelopes import ApprovalExpired, Envelope, SignedDecision, ValidateRequest, new_id
 from callgate.errors import EnvelopeError
 from callgate.facts import (
     MISMATCH,
@@ -41,7 +42,7 @@ from callgate.ledger.steps import Verdict
 from callgate.records import RAW_ARGUMENTS_MAX_BYTES, ErrorResult, truncate_utf8
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, fail_run_for_dead_letter, main
+from callgate.streams.service import Runtime, ServiceSpec, main
 from callgate.tools.contract import context_of
 from callgate.tools.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
 
@@ -73,8 +74,10 @@ class Validator:
                     lambda facts: self._decide(message, facts, delivery),
                     {"run_id": message.run_id, "turn": message.turn},
                 )
-            case ApprovalDecision() | ApprovalExpired():
-                await self.approvals.on_message(message)
+            case SignedDecision():
+                await self.approvals.on_decision(message)
+            case ApprovalExpired():
+                await self.approvals.on_expiry(message)
             case _:
                 raise EnvelopeError(f"validator does not handle {message.kind!r}")
 
@@ -226,7 +229,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return validator.handle
 
 
-SPEC = ServiceSpec("validator", ("validate", "approvals"), _make_handler, fail_run_for_dead_letter)
+SPEC = ServiceSpec("validator", ("validate", "decisions"), _make_handler, (ValidateRequest,))
 
 if __name__ == "__main__":
     main(SPEC)

@@ -1,7 +1,9 @@
 """`CallgateClient`: submit runs, read their state, wait for them, from any Python service.
 
-Submitting enqueues the arq ``start_run`` job with job id = run id; the spec is validated
-here first so a caller learns of a typo at once rather than from a failed job.  Waiting blocks
+Submitting enqueues the arq ``start_run`` job with job id = run id, signed with this
+service's key (or carrying an end user's identity token) so the ingress can verify who vouches
+for the run's identity; the spec is validated here first so a caller learns of a typo at once
+rather than from a failed job.  Waiting blocks
 on the run's event stream (XREAD BLOCK): every status change writes an event in the same
 atomic step, so reading the last event id *before* the status can never miss a change.
 """
@@ -12,13 +14,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from arq.connections import ArqRedis, create_pool
 from arq.jobs import Job
 
+from callgate.auth.deployment import signer_of
+from callgate.auth.tokens import Signer, sign_submission
 from callgate.config import Settings
 from callgate.connect import redis_client
 from callgate.errors import JobFailedError, NotFoundError
-from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.jobs import START_RUN, JobQueue, StartJob, job_deserializer, queue_name
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.records import CallRecord, Event, RunRecord
@@ -77,29 +80,36 @@ class CallgateClient:
         self.keys = Keys(self.settings.key_prefix, self.settings.partitions)
         self.redis = redis_client(self.settings.redis_url)
         self.ledger = Ledger(self.redis, self.keys, self.settings)
-        self._pool: ArqRedis | None = None
+        self._queue = JobQueue(self.settings, queue_name(self.settings))
+        self._signer: Signer | None = None
 
-    async def _arq(self) -> ArqRedis:
-        if self._pool is None:
-            self._pool = await create_pool(
-                redis_settings(self.settings),
-                job_serializer=job_serializer,
-                job_deserializer=job_deserializer,
-                default_queue_name=queue_name(self.settings),
-            )
-        return self._pool
+    def signer(self) -> Signer:
+        """This service's signing key (read once; `KeyFileError` says what to do if absent)."""
+        if self._signer is None:
+            self._signer = signer_of(self.settings)
+        return self._signer
 
-    async def submit(self, spec: RunSpec | Mapping[str, Any]) -> str:
+    async def submit(
+        self, spec: RunSpec | Mapping[str, Any], *, identity_token: str | None = None
+    ) -> str:
         """Validate and enqueue a run; returns its run id (minted if the spec has none).
 
-        Submitting the same run id again is harmless: arq drops the duplicate job while its
-        result is kept, and the ledger's create-once guard covers the rest.
+        The job is signed with this service's key, vouching for the spec's identity; with
+        ``identity_token`` (a JWT from an issuer the deployment trusts) the run acts for the
+        token's subject instead.  Submitting the same run id again is harmless: arq drops the
+        duplicate job while its result is kept, and the ledger's create-once guard covers the
+        rest.
         """
         parsed = with_run_id(parse_spec(spec if isinstance(spec, RunSpec) else dict(spec)))
         assert parsed.run_id is not None
         payload = parsed.model_dump(mode="json", exclude_none=True)
-        pool = await self._arq()
-        await pool.enqueue_job(START_RUN, payload, _job_id=parsed.run_id)
+        if identity_token is not None:
+            job = StartJob(spec=payload, identity_token=identity_token)
+        else:
+            token = sign_submission(self.signer(), run_id=parsed.run_id, spec=payload)
+            job = StartJob(spec=payload, token=token)
+        pool = await self._queue.pool()
+        await pool.enqueue_job(START_RUN, job.model_dump(exclude_none=True), _job_id=parsed.run_id)
         return parsed.run_id
 
     async def run(self, run_id: str) -> RunRecord | None:
@@ -152,7 +162,7 @@ class CallgateClient:
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def _raise_if_job_failed(self, run_id: str) -> None:
-        pool = await self._arq()
+        pool = await self._queue.pool()
         job = Job(
             run_id, pool, _queue_name=queue_name(self.settings), _deserializer=job_deserializer
         )
@@ -164,9 +174,7 @@ class CallgateClient:
             raise JobFailedError(f"run {run_id} was not started: {detail}")
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
-            self._pool = None
+        await self._queue.close()
         await self.ledger.aclose()
         await self.redis.aclose()
 

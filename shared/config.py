@@ -8,6 +8,7 @@ and `ANTHROPIC_API_KEY` themselves, and callgate never overrides them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -110,10 +111,47 @@ class Settings(BaseSettings):
 
     # Approvals.
     approval_ttl_s: float = Field(default=3600.0, gt=0, description="A pending approval expires.")
-    approvers: dict[str, list[str]] = Field(
-        default_factory=dict,
-        description='Approver roles per user, e.g. {"carol": ["events-lead"]}.',
+
+    # Who is trusted (callgate.auth): the deployment's trust file, and this process's own key.
+    home: Path = Field(
+        default_factory=lambda: Path.home() / ".callgate",
+        description="Local state: the local keyring (keys/, trust.json) and `callgate dev`'s "
+        "state file.",
     )
+    trust_file: Path | None = Field(
+        default=None,
+        description="The deployment's trust configuration (submitters, people, delegates, "
+        "issuers); default: HOME/trust.json.",
+    )
+    submitter: str = Field(
+        default="local",
+        description="The key id this process signs the runs it submits with.",
+    )
+    signing_key: Path | None = Field(
+        default=None,
+        description="The private key of ``submitter``; default: HOME/keys/<submitter>.pem.",
+    )
+
+    # Bounds on what one model response may make us keep.
+    max_response_bytes: int = Field(
+        default=1_000_000, ge=1024,
+        description="A response larger than this is unusable (paused incomplete, kept small).",
+    )
+    notify_max_entries: int = Field(
+        default=10_000, ge=100,
+        description="Notify streams keep about this many entries even if nobody reads them.",
+    )
+    dead_letter_max_entries: int = Field(
+        default=10_000, ge=100, description="Dead-letter streams keep about this many entries."
+    )
+
+    @property
+    def trust_path(self) -> Path:
+        return self.trust_file or self.home / "trust.json"
+
+    @property
+    def signing_key_path(self) -> Path:
+        return self.signing_key or self.home / "keys" / f"{self.submitter}.pem"
 
     # Retention of finished runs.
     retention_s: int = Field(default=7 * 24 * 3600, ge=1)

@@ -93,18 +93,13 @@ class ReconcileRequest(CallEnvelopeBase):
     """Calls on the same resource waiting for this one to be resolved."""
 
 
-class ApprovalDecision(CallEnvelopeBase):
-    """A human's decision on a pending approval, posted by the Slack bot or the CLI."""
+class SignedDecision(EnvelopeBase):
+    """A person's signed decision (approve, deny, …), posted by the CLI, the Slack bot or the
+    HTTP API.  Only the token counts: which call, what was decided and by whom are its signed
+    claims (`callgate.decisions.claims`), verified against the deployment's keys."""
 
-    kind: Literal["approval_decision"] = "approval_decision"
-    approval_id: str = Field(min_length=1, max_length=128)
-    decision: Literal["approve", "deny"]
-    approver: str = Field(min_length=1, max_length=256)
-    """The verified identity of whoever decided (Slack user id or CLI user)."""
-    args_hash: str = Field(min_length=1, max_length=128)
-    """Hash of the canonical arguments the approver saw; must match the pending record."""
-    reason: str | None = Field(default=None, max_length=2000)
-    source: Literal["slack", "cli", "api"] = "cli"
+    kind: Literal["decision"] = "decision"
+    token: str = Field(min_length=1, max_length=16_384)
 
 
 class ApprovalRequested(CallEnvelopeBase):
@@ -143,7 +138,7 @@ Envelope = Annotated[
     | ExecRequest
     | CallResult
     | ReconcileRequest
-    | ApprovalDecision
+    | SignedDecision
     | ApprovalExpired
     | ApprovalRequested
     | OutcomeUnknown,

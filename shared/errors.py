@@ -12,6 +12,9 @@ from the error alone::
     ├── RunSpecError               a run spec that does not validate; lists every problem
     ├── JobFailedError             the ``start_run`` job failed; no run exists
     ├── RedisUnavailableError      the store did not answer (retryable)
+    ├── AuthError                  a token, signature or grant that does not hold
+    ├── KeyFileError               a private key file that cannot be used
+    ├── TrustConfigError           the deployment's trust file is missing or invalid
     ├── ToolError                  a tool's own failure, carried to the model as a result
     └── ProviderError              a model request that failed, classified
         ├── ProviderTimeoutError       retryable
@@ -82,6 +85,23 @@ class JobFailedError(CallgateError):
 
 class RedisUnavailableError(CallgateError):
     retryable = True
+
+
+class AuthError(CallgateError):
+    """A token or a grant that does not hold; ``reason`` is short, loggable and never holds
+    the token itself."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not trusted: {reason}")
+        self.reason = reason
+
+
+class KeyFileError(CallgateError):
+    """A private key file that cannot be used; the message names the file and what to do."""
+
+
+class TrustConfigError(CallgateError):
+    """The trust file is missing, not JSON or not a valid trust configuration."""
 
 
 class ToolError(CallgateError):

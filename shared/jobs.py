@@ -1,10 +1,15 @@
 """The arq job contract shared by the ingress worker and every client that enqueues.
 
 Jobs are JSON (orjson), never pickle, so a service in any language can enqueue ``start_run``
-by writing arq's job hash itself: ``{"t": try, "f": "start_run", "a": [spec], "k": {},
-"et": enqueue_ms}`` under ``arq:job:<run_id>`` and the id into the sorted set
-``<prefix>:arq``.  A failed job's result holds ``{"error": type, "message": text}`` instead of a
-pickled exception.
+by writing arq's job itself: the value ``{"t": 1, "f": "start_run", "a": [job], "k": {},
+"et": enqueue_ms}`` under ``arq:job:<run_id>`` (with a TTL), and the run id into the sorted set
+``<prefix>:arq`` scored by the enqueue time in ms.  ``job`` is a `StartJob`: the run spec and
+who vouches for it — a submitting service's signature, or an identity provider's token; a job
+with neither creates no run.  A failed job's result holds ``{"error": type, "message": text}``
+instead of a pickled exception.
+
+Submitters may write only that public queue.  The workers' own delayed work (approval expiry,
+periodic sweeps) runs on a queue of their own (`internal_queue_name`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import datetime as dt
 from typing import Any
 
 import orjson
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio.connection import SSLConnection, parse_url
 
 from callgate.config import Settings
@@ -22,9 +28,55 @@ START_RUN = "start_run"
 """The ingress job that creates a run (job id = run id)."""
 
 
+class StartJob(BaseModel):
+    """The one argument of a ``start_run`` job: a run spec and who vouches for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    spec: dict[str, Any]
+    """The `RunSpec` as JSON; its ``run_id`` is the job id."""
+    token: str | None = Field(default=None, max_length=16_384)
+    """A submitting service's signature over this spec and run id
+    (`callgate.auth.tokens.sign_submission`); the identity is theirs to assert, within the
+    roles the deployment lets them grant."""
+    identity_token: str | None = Field(default=None, max_length=16_384)
+    """A JWT from an issuer the deployment trusts: the run acts for its subject, with the
+    roles the deployment maps its claim to."""
+
+
 def queue_name(settings: Settings) -> str:
-    """The arq queue, namespaced by the key prefix so deployments sharing a Redis never mix."""
+    """The public arq queue (``start_run`` only), namespaced by the key prefix so deployments
+    sharing a Redis never mix."""
     return f"{settings.key_prefix}:arq"
+
+
+def internal_queue_name(settings: Settings) -> str:
+    """The workers' own arq queue: delayed work and sweeps, which no submitter may enqueue."""
+    return f"{settings.key_prefix}:arq:internal"
+
+
+class JobQueue:
+    """One arq queue of this deployment, its pool opened on first use."""
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.settings = settings
+        self.name = name
+        self._pool: ArqRedis | None = None
+
+    async def pool(self) -> ArqRedis:
+        if self._pool is None:
+            self._pool = await create_pool(
+                redis_settings(self.settings),
+                job_serializer=job_serializer,
+                job_deserializer=job_deserializer,
+                default_queue_name=self.name,
+            )
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
 
 
 TLS_OPTIONS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-STREAM_KINDS = ("turns", "validate", "exec", "results", "reconcile", "approvals")
+STREAM_KINDS = ("turns", "validate", "exec", "results", "reconcile", "decisions")
 """The hot-path streams, one per partition each (DESIGN §2)."""
 
 
@@ -59,6 +59,10 @@ class Keys:
 
     def approval(self, run_id: str, approval_id: str) -> str:
         return f"{self._run_tag(run_id)}:appr:{run_id}:{approval_id}"
+
+    def decisions_seen(self, run_id: str) -> str:
+        """Hash of the ids of the decision tokens applied to a run: each applies once."""
+        return f"{self._run_tag(run_id)}:dseen:{run_id}"
 
     def pending_approvals(self, partition: int) -> str:
         """Sorted set (by expiry) of ``"<run_id> <approval_id>"`` still waiting for a human."""

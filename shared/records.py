@@ -148,7 +148,10 @@ class RunRecord(_Record):
     usage_input_tokens: int = 0
     usage_output_tokens: int = 0
     identity: dict[str, Any] = Field(default_factory=dict)
-    """Who the run acts for; the validator's authorization input."""
+    """Who the run acts for, as verified when it was created; the validator's authorization
+    input."""
+    vouched_by: str | None = None
+    """Who vouched for ``identity``: ``service:NAME`` (a signed submission) or ``issuer:ISS``."""
     allowed_tools: list[str] = Field(default_factory=list)
     """The registered tools this run may use, fixed when it is created."""
     batch_policy: BatchPolicy = "hold_effects"

@@ -37,9 +37,10 @@ class RunSpec(BaseModel):
     """The user's task, the first user message."""
     instructions: str | None = Field(default=None, max_length=100_000)
     """System / developer instructions."""
-    identity: dict[str, Any]
-    """Who the run acts for; must name at least ``user``. Authorization input, never trusted
-    from the model."""
+    identity: dict[str, Any] | None = None
+    """Who the run acts for (``user``, ``roles``): asserted by the submitting service that signs
+    the job, within the roles the deployment lets it grant; None when an identity token
+    vouches instead.  Authorization input, never taken from the model."""
     allowed_tools: list[str] | None = Field(default=None, max_length=256)
     """The tools the run may use, by name, among those the deployment registered
     (``CALLGATE_TOOL_MODULES``); None means every registered tool.  A spec never names code."""
@@ -58,7 +59,9 @@ class RunSpec(BaseModel):
 
     @field_validator("identity")
     @classmethod
-    def _identity_names_user(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _identity_names_user(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
         user = value.get("user")
         if not isinstance(user, str) or not user.strip():
             raise ValueError('identity must name a non-empty "user"')
@@ -114,9 +117,16 @@ def with_run_id(spec: RunSpec) -> RunSpec:
     return spec.model_copy(update={"run_id": f"run-{new_id()}"})
 
 
-def to_run_record(spec: RunSpec, now_ms: int, allowed_tools: list[str]) -> RunRecord:
+def to_run_record(
+    spec: RunSpec,
+    now_ms: int,
+    allowed_tools: list[str],
+    identity: dict[str, Any],
+    vouched_by: str,
+) -> RunRecord:
     """The run record a new run starts with: awaiting the model for turn 1, allowed exactly
-    ``allowed_tools`` (the spec's selection, checked against the deployment's registry)."""
+    ``allowed_tools`` (the spec's selection, checked against the deployment's registry), for
+    the ``identity`` the deployment verified."""
     if spec.run_id is None:
         raise RunSpecError(["run_id: required to create a run"])
     deadline_ms = None if spec.deadline_s is None else now_ms + int(spec.deadline_s * 1000)
@@ -131,7 +141,8 @@ def to_run_record(spec: RunSpec, now_ms: int, allowed_tools: list[str]) -> RunRe
         max_turns=spec.max_turns,
         max_total_tokens=spec.max_total_tokens,
         deadline_ms=deadline_ms,
-        identity=dict(spec.identity),
+        identity=identity,
+        vouched_by=vouched_by,
         allowed_tools=allowed_tools,
         batch_policy=spec.batch_policy,
         approval_ttl_s=spec.approval_ttl_s,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from callgate.auth.keyring import LocalKeyring
 from callgate.config import Settings
 from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
 from callgate.ops.embedded_redis import EmbeddedRedis
@@ -35,6 +37,25 @@ def deployment_mode(request: pytest.FixtureRequest) -> Iterator[str]:
         for name, value in DEPLOYMENT_MODES[request.param].items():
             patch.setenv(name, value)
         yield request.param
+
+
+TEST_PEOPLE = {"carol": ["events-lead"], "dave": ["finance"], "alice": [], "bob": [],
+               "operator": ["operator"]}
+"""Who has a key and roles in the tests' keyring (carol approves; alice requests)."""
+TEST_DELEGATES = {"slack": ["carol", "dave"]}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def callgate_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One keyring and trust file for the session, in the environment every process started
+    by a test inherits: what a machine running `callgate up` has."""
+    home = tmp_path_factory.mktemp("callgate-home")
+    keyring = LocalKeyring(home)
+    keyring.ensure(TEST_PEOPLE, TEST_DELEGATES)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CALLGATE_HOME", str(home))
+        patch.setenv("CALLGATE_TRUST_FILE", str(keyring.trust_file))
+        yield home
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Ledger state written straight into Redis, for tests that start a worker mid-run.
+"""Ledger state written straight into Redis, and jobs as a signed client enqueues them, for
+tests that start a worker mid-run or enqueue without the client.
 
 The workers only ever change the ledger through its named steps; a test that needs a run
 already validating or a call already allowed seeds those records here, with the same
@@ -8,8 +9,14 @@ what a real run would have left.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from callgate.auth.keyring import LocalKeyring
+from callgate.auth.tokens import sign_submission
+from callgate.jobs import StartJob
 from callgate.ledger.store import Ledger
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord
@@ -32,3 +39,11 @@ def seed_tx(ledger: Ledger, run: RunRecord, calls: Sequence[CallRecord] = ()) ->
 async def seed(ledger: Ledger, run: RunRecord, calls: Sequence[CallRecord] = ()) -> None:
     result = await ledger.apply(seed_tx(ledger, run, calls))
     assert result.ok, result
+
+
+def signed_job(spec: dict[str, Any], run_id: str, signer: str = "local") -> dict[str, Any]:
+    """A ``start_run`` job as `CallgateClient.submit` enqueues it: the spec, signed with the
+    test keyring's ``signer`` key (a submitter the session's trust file knows)."""
+    key = LocalKeyring(Path(os.environ["CALLGATE_HOME"])).signer(signer)
+    token = sign_submission(key, run_id=run_id, spec=spec)
+    return StartJob(spec=spec, token=token).model_dump(exclude_none=True)

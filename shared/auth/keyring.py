@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from callgate.auth.keys import (
-    KeyFileError,
     ensure_private_dir,
     new_private_key,
     public_key_text,
@@ -34,10 +33,10 @@ from callgate.auth.tokens import Signer
 from callgate.auth.trust import (
     ANY,
     TrustConfig,
-    TrustConfigError,
     read_trust_document,
     trust_from_document,
 )
+from callgate.errors import KeyFileError, TrustConfigError
 
 LOCAL_SUBMITTER = "local"
 """The key id of this machine's own submitting service."""
@@ -70,19 +69,29 @@ class LocalKeyring:
             raise ValueError(f"{name!r} is not a key name: use letters, digits and . _ @ -")
         return self.keys_dir / f"{name}.pem"
 
-    def ensure(self, people: Mapping[str, Sequence[str]] = DEFAULT_PEOPLE) -> TrustConfig:
-        """Create whatever is missing of the local submitter and ``people``; the resulting trust."""
+    def ensure(
+        self,
+        people: Mapping[str, Sequence[str]] = DEFAULT_PEOPLE,
+        delegates: Mapping[str, Sequence[str]] | None = None,
+    ) -> TrustConfig:
+        """Create whatever is missing of the local submitter, ``people`` (name → roles) and
+        ``delegates`` (a service's key → the people it signs for); the resulting trust."""
+        delegates = delegates or {}
         with self._locked():
             document = self._document()
             known = {name for section in _KEYED_SECTIONS for name in document.get(section, {})}
-            missing = [name for name in (LOCAL_SUBMITTER, *people) if name not in known]
+            missing = [n for n in (LOCAL_SUBMITTER, *people, *delegates) if n not in known]
             for name in missing:
                 if name == LOCAL_SUBMITTER:
                     entry = {"public_key": self._key_text(name), "grants": [ANY]}
                     document.setdefault("submitters", {})[name] = entry
-                else:
+                elif name in people:
                     entry = {"roles": list(people[name]), "public_key": self._key_text(name)}
                     document.setdefault("people", {})[name] = entry
+                else:
+                    entry = {"public_key": self._key_text(name),
+                             "signs_for": list(delegates[name])}
+                    document.setdefault("delegates", {})[name] = entry
             return self._save(document, changed=bool(missing))
 
     def signer(self, name: str) -> Signer:

@@ -20,15 +20,11 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from callgate.errors import CallgateError
+from callgate.errors import KeyFileError
 
 PUBLIC_KEY_PREFIX = "ed25519:"
 _ENCODED_KEY = re.compile(r"[A-Za-z0-9_-]{43}")
 """32 bytes in unpadded base64url: 43 characters of the URL-safe alphabet, nothing else."""
-
-
-class KeyFileError(CallgateError):
-    """A private key file that cannot be used; the message names the file and what to do."""
 
 
 def new_private_key() -> Ed25519PrivateKey:

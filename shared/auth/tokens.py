@@ -23,7 +23,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.trust import ANY, TrustConfig, VerificationKey
-from callgate.errors import CallgateError
+from callgate.errors import AuthError
 from callgate.tools.canonical import canonical_bytes, hash_bytes
 
 ALGORITHM = "EdDSA"
@@ -35,15 +35,6 @@ DECISION_TYPE = "callgate.decision"
 _SUBMISSION_CLAIMS = ("sub", "run", "spec", "typ", "iat", "exp", "jti")
 _DECISION_CLAIMS = ("sub", "act", "run", "iat", "exp", "jti", "typ")
 _CLOCK_CHECKED_HERE = {"verify_exp": False, "verify_iat": False, "verify_nbf": False}
-
-
-class AuthError(CallgateError):
-    """A token or a grant that does not hold; ``reason`` is short, loggable and never holds
-    the token itself."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"not trusted: {reason}")
-        self.reason = reason
 
 
 @dataclass(frozen=True)

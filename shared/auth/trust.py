@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from callgate.auth.keys import parse_public_key
-from callgate.errors import CallgateError
+from callgate.errors import TrustConfigError
 
 ANY = "*"
 """In ``grants`` any role; in ``signs_for`` any person of the trust file."""
@@ -53,10 +53,6 @@ def _checked_key(text: str) -> str:
 
 PublicKeyText = Annotated[str, AfterValidator(_checked_key)]
 """An Ed25519 public key as text (``ed25519:…`` or PEM), checked to parse."""
-
-
-class TrustConfigError(CallgateError):
-    """The trust file is missing, not JSON or not a valid trust configuration."""
 
 
 class _Frozen(BaseModel):

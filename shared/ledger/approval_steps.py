@@ -8,10 +8,11 @@ decided, the held calls are released in the same step (``paused_approval → exe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from callgate.approvals.record import ApprovalRecord
 from callgate.clock import now_ms
+from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import ApprovalRequested
 from callgate.ledger.dispatch import Decided, dispatch
 from callgate.ledger.reads import Reads
@@ -20,6 +21,16 @@ from callgate.records import CallRecord, Effect, error_result
 from callgate.states import CallState, RunState
 
 APPROVAL_STATE = {CallState.APPROVED: "approved", CallState.DENIED: "denied"}
+
+
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """Who decided, as verified: the person, the key that signed, the token, its id."""
+
+    person: str
+    signer: str
+    token: str
+    jti: str
 
 
 class ApprovalSteps(Reads):
@@ -40,7 +51,7 @@ class ApprovalSteps(Reads):
         )
         event = notice.model_dump(exclude={"v", "msg_id", "run_id", "turn", "kind"})
         self.event(tx, approval.run_id, "approval.requested", **event)
-        return self.outbox(tx, self.keys.run_stream("notify", approval.run_id), notice)
+        return self.notify(tx, approval.run_id, notice)
 
     def apply_approval(
         self,
@@ -49,18 +60,21 @@ class ApprovalSteps(Reads):
         calls: Sequence[CallRecord],
         *,
         msg_id: str,
-        approver: str | None,
+        decider: Decider | None,
         reason: str | None,
     ) -> Tx:
-        """Decide ``record`` (approved, denied or expired) and, if it was the batch's last
-        pending approval, release the batch; guarded on every sibling still pending."""
+        """Decide ``record`` (approved, denied, or expired without a ``decider``) and, if it
+        was the batch's last pending approval, release the batch; guarded on every sibling
+        still pending and on the decision never having been applied before."""
         tx = Tx()
         state = APPROVAL_STATE.get(to, "expired")
-        self._consume(tx, record, state, approver, reason)
+        self._consume(tx, record, state, decider, reason)
+        person = None if decider is None else decider.person
         self.call_transition(tx, record.run_id, record.call_id, [CallState.NEEDS_APPROVAL], to,
-                             fields=_decision_fields(to, approver, reason))
+                             fields=_decision_fields(to, person, reason))
         self.event(tx, record.run_id, f"approval.{state}", approval_id=record.approval_id,
-                   call_id=record.call_id, approver=approver, reason=reason, msg_id=msg_id)
+                   call_id=record.call_id, approver=person, reason=reason, msg_id=msg_id,
+                   signed_by=None if decider is None else decider.signer)
         this = next(c for c in calls if c.call_id == record.call_id)
         pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
         for sibling in pending:
@@ -80,14 +94,25 @@ class ApprovalSteps(Reads):
         return dispatch(self, tx, record.run_id, record.turn, [decided, *held])
 
     def _consume(
-        self, tx: Tx, record: ApprovalRecord, state: str, approver: str | None, reason: str | None
+        self, tx: Tx, record: ApprovalRecord, state: str, decider: Decider | None,
+        reason: str | None,
     ) -> None:
         key = self.keys.approval(record.run_id, record.approval_id)
         tx.expect(key, "state", "pending")
-        tx.hset(key, {"state": state, "decided_by": approver or "", "decided_ms": now_ms(),
-                      "reason": reason or ""})
+        fields: dict[str, str | int] = {"state": state, "decided_ms": now_ms(),
+                                        "reason": reason or ""}
+        if decider is not None:
+            self.once(tx, record.run_id, decider.jti, record.approval_id)
+            fields.update(decided_by=decider.person, signed_by=decider.signer,
+                          decision_token=decider.token)
+        tx.hset(key, fields)
         tx.zrem(self.keys.run_pending_approvals(record.run_id),
                 f"{record.run_id} {record.approval_id}")
+
+    def once(self, tx: Tx, run_id: str, jti: str, what: str) -> Tx:
+        """Guard on a person's decision (by its token id) never applied before, and mark it."""
+        seen = self.keys.decisions_seen(run_id)
+        return tx.expect_field_missing(seen, jti).hset(seen, {jti: what})
 
     def refuse_decision(self, run_id: str, *, only_if_run_exists: bool, **data: Any) -> Tx:
         """Record a refused decision in the run's trace.  A forged decision naming no run

@@ -61,20 +61,13 @@ def _cas(
     to_state: str,
     fields: dict[str, Any] | None,
     extra_guards: Sequence[tuple[str, str]] = (),
-    via: str | None = None,
 ) -> list[str]:
-    """Append guard + update of one state change (through ``via``, if given); everything is
-    checked before ``tx`` grows."""
+    """Append guard + update of one state change; everything is checked before ``tx`` grows."""
     sources = _states(from_states)
     if not sources:
         raise ValueError("a transition needs at least one source state")
     for source in sources:
-        if via is None:
-            check(source, to_state)
-        else:
-            check(source, via)
-    if via is not None:
-        check(via, to_state)
+        check(source, to_state)
     fields = fields or {}
     if state_field in fields:
         raise ValueError(f"{state_field!r} is set by the transition itself")
@@ -150,54 +143,6 @@ class LedgerBase:
         self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
         return tx
 
-    def call_run_through(
-        self,
-        tx: Tx,
-        run_id: str,
-        call_id: str,
-        from_state: CallState,
-        to_state: CallState,
-        *,
-        attempts: int,
-        taken: dict[str, Any],
-        fields: dict[str, Any] | None = None,
-        sensitive: Collection[str] = frozenset(),
-    ) -> Tx:
-        """Append ``from_state → executing → to_state`` as one guarded step, both events kept.
-
-        For work that is safe to redo (a read): taking it durably first, in its own step,
-        would only say who is running it, and a crash redoes it either way.  The guard is
-        what a take checks (the state, and the attempt when re-taking an orphan).
-        """
-        key = self.keys.call(run_id, call_id)
-        extra = [("attempts", str(attempts))] if from_state == CallState.EXECUTING else []
-        [source] = _cas(
-            tx,
-            check_call,
-            CallRecord,
-            key,
-            "state",
-            [from_state],
-            to_state,
-            {**taken, **(fields or {})},
-            extra,
-            via=CallState.EXECUTING,
-        )
-        for frm, to, data in (
-            (source, CallState.EXECUTING, taken),
-            (CallState.EXECUTING, to_state, _shown(fields or {})),
-        ):
-            self.event(
-                tx,
-                run_id,
-                "call.transition",
-                sensitive=sensitive,
-                call_id=call_id,
-                **{"from": [frm], "to": str(to)},
-                **data,
-            )
-        return tx
-
     def create_call(
         self, tx: Tx, call: CallRecord, *, sensitive: Collection[str] = frozenset()
     ) -> Tx:
@@ -243,6 +188,13 @@ class LedgerBase:
         """Append the message a state change triggers, in the same atomic step (field ``d``)."""
         return tx.xadd(stream, {"d": envelopes.encode(envelope)})
 
+    def notify(self, tx: Tx, run_id: str, envelope: Any) -> Tx:
+        """Append a notification for people (Slack, the inbox) to the run's notify stream,
+        which keeps about ``notify_max_entries`` even when nobody reads it."""
+        stream = self.keys.run_stream("notify", run_id)
+        return tx.xadd(stream, {"d": envelopes.encode(envelope)},
+                       cap=self.settings.notify_max_entries)
+
     def finish_run_ttl(
         self,
         tx: Tx,
@@ -268,6 +220,7 @@ class LedgerBase:
             keys.raw_responses(run_id),
             keys.events(run_id),
             keys.provider_calls(run_id),
+            keys.decisions_seen(run_id),
         ):
             tx.expire(key, ttl)
         for call_id in call_ids:

@@ -21,8 +21,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from callgate.approvals.record import ApprovalRecord
 from callgate.config import Settings
+from callgate.decisions.record import ApprovalRecord
 from callgate.errors import NotFoundError, RedisUnavailableError, TxRejectedError
 from callgate.facts import DecideFacts, DecideRunFacts, ExecFacts, ProposedCall
 from callgate.keys import Keys

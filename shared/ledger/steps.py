@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from callgate.approvals.record import ApprovalRecord
+from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import (
     CallResult,
     ExecRequest,
@@ -88,11 +88,13 @@ class LoopSteps(ApprovalSteps):
         turn_1 = TurnRequest(run_id=run.run_id, turn=1, reason="start")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), turn_1)
 
-    def model_response(self, tx: Tx, run: RunRecord, record: TurnRecord, outcome: str) -> Tx:
-        """The raw response of this turn, its usage and its event (every end of a turn)."""
+    def model_response(
+        self, tx: Tx, run: RunRecord, record: TurnRecord, outcome: str, raw: bytes
+    ) -> Tx:
+        """The raw response of this turn (``raw``: the record as JSON, or only what is kept
+        of one over the limits), its usage and its event (every end of a turn)."""
         keys = self.keys
-        # orjson writes the dataclass as `to_json()` would, without deep-copying the response.
-        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): orjson.dumps(record)})
+        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): raw})
         tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
         tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
         return self.event(tx, run.run_id, "model.response", turn=run.turn,
@@ -235,21 +237,6 @@ class LoopSteps(ApprovalSteps):
                              fields=_taken(attempt, consumer))
         return tx, binding
 
-    def read_through(
-        self, call: CallRef, facts: ExecFacts, attempt: int, consumer: str, outcome: Outcome,
-        chain: tuple[str, ...], sensitive: frozenset[str],
-    ) -> tuple[Tx, Binding]:
-        """A read taken and settled in one step: redoing a read is harmless, so a separate
-        durable take would only cost a round trip on every tool call."""
-        tx = Tx()
-        binding = self.bind_exec(tx, call.run_id, call.call_id, facts)
-        fields = {} if outcome.result is None else {"result": outcome.result}
-        self.call_run_through(tx, call.run_id, call.call_id, facts.state, outcome.state,
-                              attempts=facts.attempts, taken=_taken(attempt, consumer),
-                              fields=fields, sensitive=sensitive)
-        self.report(tx, call, outcome, chain, carry=not sensitive)
-        return tx, binding
-
     def settle_call(
         self, call: CallRef, attempt: int, outcome: Outcome, chain: tuple[str, ...],
         sensitive: frozenset[str],
@@ -325,7 +312,7 @@ class LoopSteps(ApprovalSteps):
                             fields={"reason": detail})
         notice = OutcomeUnknown(run_id=run.run_id, turn=call.turn, call_id=call.call_id,
                                 tool=call.tool, operation_id=call.operation_id, detail=detail)
-        return self.outbox(tx, self.keys.run_stream("notify", run.run_id), notice)
+        return self.notify(tx, run.run_id, notice)
 
 
 def _taken(attempt: int, consumer: str) -> dict[str, Any]:

@@ -192,15 +192,19 @@ class Tx:
     def rpush(self, key: str, *values: Value) -> Tx:
         return self._op("rpush", key, [_arg(v) for v in values])
 
-    def xadd(self, stream: str, fields: Mapping[str, Value]) -> Tx:
-        """Append one entry (id ``*``); its id is returned in `TxResult.stream_ids`."""
-        flat: list[str] = []
+    def xadd(self, stream: str, fields: Mapping[str, Value], *, cap: int | None = None) -> Tx:
+        """Append one entry (id ``*``); its id is returned in `TxResult.stream_ids`.  With
+        ``cap`` the stream keeps about that many entries (``MAXLEN ~``): for streams that
+        may have no reader (notifications), never for the hot path's."""
+        flat: list[str] = [] if cap is None else [str(int(cap))]
         for name, value in fields.items():
             flat += [name, _arg(value)]
         if len(flat) > _MAX_ARGS_PER_OP:
             raise ValueError("a stream entry of more than 500 fields")
         self.xadds += 1
-        return self._op("xadd", stream, flat, step=2)
+        if cap is None:
+            return self._op("xadd", stream, flat, step=2)
+        return self._op("xaddcap", stream, flat)
 
     def xack(self, stream: str, group: str, *message_ids: str) -> Tx:
         """Settle delivered entries in the same step as the writes they caused."""

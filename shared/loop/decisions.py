@@ -85,6 +85,18 @@ def budget_end(run: RunRecord, now_ms: int) -> str | None:
     return None
 
 
+def over_limits(
+    event: ProviderEvent, response_bytes: int, *, max_calls: int, max_bytes: int
+) -> str | None:
+    """Why a response must not be acted on or kept whole (a model that floods the loop), or
+    None: more tool calls than a turn may make, or more bytes than a response may hold."""
+    if response_bytes > max_bytes:
+        return f"response too large: {response_bytes} bytes, at most {max_bytes}"
+    if isinstance(event, ToolRequests) and len(event.calls) > max_calls:
+        return f"too many tool calls: {len(event.calls)}, at most {max_calls} per turn"
+    return None
+
+
 def retry_delay_s(attempt: int, retry_after_s: float | None) -> float:
     """Exponential back-off from the attempt number, never sooner than the server asked."""
     backoff = min(RETRY_CAP_S, RETRY_BASE_S * 2.0 ** max(0, attempt - 1))
@@ -98,12 +110,16 @@ def after_model(
     attempt: int,
     max_retries: int,
     acceptance_error: str | None,
+    over_limits: str | None = None,
 ) -> ModelStep:
     """What to do with one classified model response.
 
     ``attempt`` counts requests for this turn (1 = first); ``acceptance_error`` is the
-    reason a final answer failed the run's acceptance check (None = accepted).
+    reason a final answer failed the run's acceptance check (None = accepted);
+    ``over_limits`` why the response is unusable whatever it says (`over_limits`).
     """
+    if over_limits is not None:
+        return Finish(RunState.PAUSED_INCOMPLETE, reason=over_limits)
     match event:
         case FinalAnswer(text=text):
             if acceptance_error is None:

@@ -1,12 +1,13 @@
 """`callgate approvals` / `approve` / `deny`: the terminal's equivalent of the Slack buttons.
 
     callgate approvals [--json]                          # what waits for a human
-    callgate approve APPROVAL_ID --as USER               # post, then report what the validator did
+    callgate approve APPROVAL_ID --as USER               # sign, post, report the verdict
     callgate deny APPROVAL_ID --as USER --reason TEXT
 
-A decision goes onto the run's approvals stream exactly like a Slack click; the validator checks
-it (live, role, same arguments, first decision) and the command prints its verdict.  Exit codes:
-0 applied, 1 refused / not found / no verdict in time.
+A decision is signed with USER's key (HOME/keys/USER.pem, or ``--key FILE``) and goes onto the
+run's decisions stream exactly like a Slack click; the validator verifies the signature and
+checks it (live, role, same arguments, not the requester's own, first decision) and the command
+prints its verdict.  Exit codes: 0 applied, 1 refused / not found / no verdict in time.
 """
 
 from __future__ import annotations
@@ -14,16 +15,27 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from callgate.approvals.desk import ApprovalDesk, DecisionKind
-from callgate.approvals.record import ApprovalRecord
+from callgate.auth.deployment import signer_of
+from callgate.auth.keys import read_private_key
+from callgate.auth.tokens import Signer
 from callgate.client import CallgateClient
 from callgate.config import Settings
+from callgate.decisions.desk import ApprovalDesk, DecisionKind
+from callgate.decisions.record import ApprovalRecord
 
 ARGUMENTS_SHOWN = 120
+
+
+def person_signer(settings: Settings, person: str, key: Path | None = None) -> Signer:
+    """``person``'s signing key: ``key`` if given, else theirs in the local keyring."""
+    if key is not None:
+        return Signer(person, read_private_key(key))
+    return signer_of(settings, person)
 
 
 def desk(client: CallgateClient) -> ApprovalDesk:
@@ -64,17 +76,18 @@ async def decide(
     client: CallgateClient,
     approval_id: str,
     decision: DecisionKind,
-    approver: str,
+    signer: Signer,
     reason: str | None,
     timeout_s: float,
 ) -> tuple[int, str]:
-    """Post one decision and wait for the validator: (exit code, what to tell the person)."""
+    """Sign and post one decision and wait for the validator: (exit code, what to tell the
+    person)."""
     approvals = desk(client)
     record = await approvals.find(approval_id)
     if record is None:
         return 1, f"no pending approval {approval_id} (decided, expired or unknown)"
     after = await approvals.last_event_id(record.run_id)
-    message = await approvals.post(record, decision, approver, reason=reason)
+    message = await approvals.post(record, decision, signer, reason=reason)
     outcome = await approvals.wait_outcome(message, after, timeout_s)
     if outcome is None:
         return 1, f"posted, but no verdict within {timeout_s:g}s: is the validator running?"
@@ -86,9 +99,11 @@ async def decide(
 
 async def cmd_decide(args: argparse.Namespace) -> int:
     decision: DecisionKind = "approve" if args.command == "approve" else "deny"
-    async with CallgateClient(Settings()) as client:
+    settings = Settings()
+    signer = person_signer(settings, args.approver, args.key)
+    async with CallgateClient(settings) as client:
         code, text = await decide(
-            client, args.approval_id, decision, args.approver, args.reason, args.timeout
+            client, args.approval_id, decision, signer, args.reason, args.timeout
         )
     print(text, file=sys.stdout if code == 0 else sys.stderr)
     return code
@@ -103,6 +118,8 @@ def add_command(sub: Any) -> None:
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("approval_id")
         cmd.add_argument("--as", dest="approver", required=True, help="who decides (e.g. carol)")
+        cmd.add_argument("--key", type=Path,
+                         help="their private key (default: HOME/keys/<as>.pem, the local keyring)")
         cmd.add_argument("--reason", required=name == "deny", help="told to the model on deny")
         cmd.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it")
         cmd.set_defaults(handler=cmd_decide)

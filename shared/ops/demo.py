@@ -18,7 +18,7 @@ from typing import Any
 
 from callgate.client import CallgateClient
 from callgate.errors import CallgateError
-from callgate.ops.demo_workshop import WORKSHOP_INPUT, booking_summary, decide_pending, workshop_env
+from callgate.ops.demo_workshop import WORKSHOP_INPUT, booking_summary, decide_pending
 from callgate.ops.stack import Progress, progress_to_stderr
 from callgate.ops.supervisor import prefix_sink, quiet_sink
 from callgate.ops.system import LocalSystem, SystemSpec
@@ -59,7 +59,6 @@ DEMOS = {
         question=WORKSHOP_INPUT,
         instructions="You book workshop seats. Use the tools; answer briefly.",
         scenario="workshop-reserve",
-        env=workshop_env(),
     ),
 }
 

@@ -10,27 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import urllib.request
 from collections.abc import Awaitable, Callable
 
-from callgate.approvals.desk import DecisionKind
-from callgate.approvals.record import ApprovalRecord
 from callgate.client import CallgateClient
-from callgate.ops.approvals_cli import decide, describe, desk
+from callgate.decisions.desk import DecisionKind
+from callgate.decisions.record import ApprovalRecord
+from callgate.ops.approvals_cli import decide, describe, desk, person_signer
 from callgate.ops.stack import Progress
 
 WORKSHOP_INPUT = "Please book me (participant p-alice) a seat at workshop ws-101."
-DEFAULT_APPROVERS = '{"carol": ["events-lead"]}'
 VERDICT_TIMEOUT_S = 15.0
 
 Ask = Callable[[ApprovalRecord], Awaitable[tuple[DecisionKind, str, str | None]]]
-
-
-def workshop_env() -> dict[str, str]:
-    """carol holds events-lead unless the user configured approvers themselves."""
-    return {"CALLGATE_APPROVERS": os.environ.get("CALLGATE_APPROVERS", DEFAULT_APPROVERS)}
 
 
 async def ask_in_terminal(record: ApprovalRecord) -> tuple[DecisionKind, str, str | None]:
@@ -62,8 +55,9 @@ async def decide_pending(
         user, reason = approve_as, None
         if user is None:
             decision, user, reason = await ask(record)
+        signer = person_signer(client.settings, user)
         code, text = await decide(
-            client, record.approval_id, decision, user, reason, VERDICT_TIMEOUT_S
+            client, record.approval_id, decision, signer, reason, VERDICT_TIMEOUT_S
         )
         progress(text)
         applied += code == 0

@@ -14,10 +14,12 @@ provider key is set, or when asked to).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from callgate.auth.keyring import DEFAULT_PEOPLE, LocalKeyring, default_home
 from callgate.config import Settings
 from callgate.envelopes import new_id
 from callgate.logs import mask_url_password
@@ -64,6 +66,10 @@ class SystemSpec:
     """Use exactly this Redis (overrides ``redis``)."""
     key_prefix: str | None = None
     """None: a fresh prefix, so this system never mixes with another on the same Redis."""
+    people: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_PEOPLE))
+    """Who gets a key and roles in the local keyring when no trust file is configured."""
+    delegates: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Service keys that may sign for people (e.g. ``{"slack": ["carol"]}``), likewise."""
     tool_modules: tuple[str, ...] | None = None
     """The tool registry every worker loads (``CALLGATE_TOOL_MODULES``); None: the environment's,
     else the demo's tools."""
@@ -93,11 +99,23 @@ class LocalSystem:
         """Worker kind → the supervisor's child names of its replicas."""
         self.env = base_env()
         self.env.update(self.spec.env)
+        self._trust()
         if self.spec.tool_modules is not None:
             self.env["CALLGATE_TOOL_MODULES"] = ",".join(self.spec.tool_modules)
         self.env.setdefault("CALLGATE_TOOL_MODULES", ",".join(DEMO_TOOL_MODULES))
         prefix = self.spec.key_prefix or self.env.get("CALLGATE_KEY_PREFIX") or f"cg{new_id()[:8]}"
         self.env["CALLGATE_KEY_PREFIX"] = prefix
+
+    def _trust(self) -> None:
+        """Secure by default, in one command: with no trust file configured, the local
+        keyring (its submitter, ``people`` and ``delegates``) is what every child trusts, and
+        what a CLI on this machine signs with."""
+        home = Path(self.env.get("CALLGATE_HOME") or default_home())
+        self.env["CALLGATE_HOME"] = str(home)
+        if "CALLGATE_TRUST_FILE" not in self.env:
+            keyring = LocalKeyring(home)
+            keyring.ensure(self.spec.people, self.spec.delegates)
+            self.env["CALLGATE_TRUST_FILE"] = str(keyring.trust_file)
 
     @property
     def settings(self) -> Settings:
@@ -106,6 +124,8 @@ class LocalSystem:
             redis_url=self.env["REDIS_URL"],
             key_prefix=self.env["CALLGATE_KEY_PREFIX"],
             tool_modules=tuple(self.env["CALLGATE_TOOL_MODULES"].split(",")),
+            home=Path(self.env["CALLGATE_HOME"]),
+            trust_file=Path(self.env["CALLGATE_TRUST_FILE"]),
         )
 
     @property

@@ -21,6 +21,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from callgate.auth.deployment import signer_of
 from callgate.config import Settings
 from callgate.connect import redis_client
 from callgate.keys import Keys
@@ -55,7 +56,9 @@ class SlackBot:
             timeout=slack.api_timeout_s, logger=logging.getLogger("callgate.slack.sdk"),
         )
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-        self.clicks = ClickHandler(self.redis, self.keys, slack.approvers, team_id=slack.team_id)
+        signer = signer_of(settings, slack.key_id)
+        self.clicks = ClickHandler(self.redis, self.keys, slack.approvers, signer,
+                                   team_id=slack.team_id)
         self.bolt = self._build_bolt()
         self.consumer = notification_worker(
             self.redis, settings, self.post_notification, group=slack.group

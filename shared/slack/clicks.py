@@ -22,7 +22,9 @@ from redis.exceptions import RedisError
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from callgate.envelopes import ApprovalDecision
+from callgate.auth.tokens import Signer, sign_decision
+from callgate.decisions.claims import approval_claims
+from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.slack.messages import APPROVE_ACTION, ButtonValue, decided_blocks, outcome_text
@@ -95,15 +97,16 @@ class ClickHandler:
 
     def __init__(
         self, redis: aioredis.Redis, keys: Keys, approvers: Mapping[str, Approver],
-        *, team_id: str | None = None,
+        signer: Signer, *, team_id: str | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
         self._approvers = approvers
         self._team_id = team_id
+        self._signer = signer
 
     async def handle(self, body: Mapping[str, Any], action: Mapping[str, Any],
-                     client: AsyncWebClient) -> ApprovalDecision | None:
+                     client: AsyncWebClient) -> SignedDecision | None:
         """Post the decision and update the message; return it (None when refused)."""
         click = parse_click(body, action)
         approver = self._approvers.get(click.user_id)
@@ -125,14 +128,17 @@ class ClickHandler:
             await self._refuse(client, click, refusal)
             return None
         assert approver is not None and record is not None and click.value is not None
-        decision = ApprovalDecision(
-            run_id=record.run_id, turn=record.turn, call_id=record.call_id,
-            approval_id=record.approval_id, decision=click.decision, approver=approver.user,
-            # No reason: a button carries none, and the model must not see Slack user ids.
-            args_hash=click.value.args_hash, source="slack",
-        )
+        # Signed by the bot's own key, for the person it verified Slack says clicked; no
+        # reason: a button carries none, and the model must not see Slack user ids.
+        jti = new_id()
+        claims = approval_claims(click.decision, run=record.run_id, apr=record.approval_id,
+                                 call=record.call_id, hash=click.value.args_hash, reason=None,
+                                 jti=jti)
+        token = sign_decision(self._signer, person=approver.user, claims=claims)
+        decision = SignedDecision(msg_id=jti, run_id=record.run_id, turn=record.turn,
+                                  token=token)
         try:
-            stream = self._keys.run_stream("approvals", record.run_id)
+            stream = self._keys.run_stream("decisions", record.run_id)
             await post(self._redis, stream, decision)
         except RedisError:
             log.exception("cannot post the decision")

@@ -43,6 +43,11 @@ class SlackSettings(BaseSettings):
         description='JSON {"U123": {"user": "carol", "roles": ["events-lead"]}}.',
     )
     group: str = Field(default="slack_approvals", description="Consumer group on notify streams.")
+    key_id: str = Field(
+        default="slack",
+        description="The bot's own signing key (a delegate in the trust file that may sign "
+        "for the people the approvers map names); HOME/keys/<key_id>.pem.",
+    )
     api_timeout_s: int = Field(default=10, ge=1, description="Per Slack Web API request.")
 
     def check(self) -> None:

@@ -34,8 +34,8 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
 _DEAD_LETTER_LUA = """
 local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 if acked == 1 or ARGV[6] == '1' then
-  redis.call('XADD', KEYS[2], '*', 'stream', KEYS[1], 'group', ARGV[1], 'message_id', ARGV[2],
-             'reason', ARGV[3], 'delivery_count', ARGV[4], 'd', ARGV[5])
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'stream', KEYS[1], 'group', ARGV[1],
+             'message_id', ARGV[2], 'reason', ARGV[3], 'delivery_count', ARGV[4], 'd', ARGV[5])
   return 1
 end
 return 0
@@ -224,12 +224,14 @@ class Scripts:
         reason: str,
         delivery_count: int,
         raw: bytes,
+        cap: int,
         already_removed: bool = False,
     ) -> bool:
         """XACK the entry and XADD its dead letter atomically; False if it was not pending.
 
         ``already_removed`` records the dead letter even though nothing is left to ack: for
         entries XAUTOCLAIM reports as deleted, which Redis has already dropped from the PEL.
+        The dead-letter stream keeps about ``cap`` entries.
         """
         args: list[Any] = [
             group,
@@ -238,6 +240,7 @@ class Scripts:
             delivery_count,
             raw,
             "1" if already_removed else "0",
+            cap,
         ]
         written = await self._dead(keys=[stream, dead_stream], args=args)
         return bool(written)

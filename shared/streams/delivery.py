@@ -211,6 +211,7 @@ class MessageRunner:
             reason=reason,
             delivery_count=count,
             raw=raw,
+            cap=self._settings.dead_letter_max_entries,
             already_removed=gone,
         )
         try:

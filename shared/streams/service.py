@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from callgate import eventloop
+from callgate.auth.deployment import TrustSource
 from callgate.config import Settings
 from callgate.connect import redis_client
+from callgate.envelopes import CallEnvelopeBase, EnvelopeBase
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
@@ -46,6 +48,8 @@ class Runtime:
     consumer: str
     registry: ToolRegistry
     """The deployment's tools (``CALLGATE_TOOL_MODULES``), loaded once at start-up."""
+    trust: TrustSource
+    """Who the deployment trusts (``CALLGATE_TRUST_FILE``): submitters, people, delegates."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """What a handler factory opened (HTTP sessions), closed before Redis on shutdown."""
 
@@ -67,26 +71,37 @@ def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
     keys = Keys(settings.key_prefix, settings.partitions)
     ledger = Ledger(client, keys, settings)
     registry = load_registry(settings.tool_modules)
-    return Runtime(name, settings, client, keys, ledger, consumer_name(name), registry)
+    trust = TrustSource(settings)
+    return Runtime(name, settings, client, keys, ledger, consumer_name(name), registry, trust)
 
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One worker kind: its consumer group, the stream kinds it reads, its handler."""
+    """One worker kind: its consumer group, the stream kinds it reads, its handler, and the
+    message kinds whose dead letter fails the run they belong to."""
 
     name: str
     stream_kinds: Sequence[str]
     make_handler: Callable[[Runtime], Awaitable[Handler]]
-    on_dead_letter: Callable[[Runtime, DeadLetter], Awaitable[None]] | None = None
+    fails_runs: tuple[type[EnvelopeBase], ...] = ()
 
 
-async def fail_run_for_dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
-    """A poison message fails its run with the reason; it is never silently dropped."""
-    if letter.envelope is None:
+async def fail_bound_run(
+    runtime: Runtime, letter: DeadLetter, kinds: tuple[type[EnvelopeBase], ...]
+) -> None:
+    """A poison message fails its run with the reason — but only a message this worker is
+    for, bound to the run's current turn (and, for a call's message, to a call of it): a
+    forged or misrouted message naming a live run is dead-lettered and fails nothing."""
+    envelope = letter.envelope
+    if envelope is None or not isinstance(envelope, kinds):
         return
-    run = await runtime.ledger.get_run(letter.envelope.run_id)
-    if run is None or run.status in RUN_TERMINAL:
+    run = await runtime.ledger.get_run(envelope.run_id)
+    if run is None or run.status in RUN_TERMINAL or run.turn != envelope.turn:
         return
+    if isinstance(envelope, CallEnvelopeBase):
+        call = await runtime.ledger.get_call(envelope.run_id, envelope.call_id)
+        if call is None or call.turn != envelope.turn:
+            return
     tx = await runtime.ledger.end_run(run, RunState.FAILED, f"dead letter: {letter.reason}")
     await runtime.ledger.apply(tx)
 
@@ -95,11 +110,9 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     """Run the service's stream loop until stopped (or drained, in burst mode)."""
     handler = await spec.make_handler(runtime)
     streams = [s for kind in spec.stream_kinds for s in runtime.keys.streams(kind)]
-    on_dead = spec.on_dead_letter
 
     async def dead_letter(letter: DeadLetter) -> None:
-        if on_dead is not None:
-            await on_dead(runtime, letter)
+        await fail_bound_run(runtime, letter, spec.fails_runs)
 
     worker = StreamWorker(
         runtime.redis,

@@ -1,6 +1,7 @@
 """One deployment for the hostile-input tests: travel and booking services, the scripted model,
-one replica of every worker, carol as the events-lead approver, a planted API key in every
-process's environment, and a low argument-size limit (so an oversized call fits a scenario)."""
+one replica of every worker, carol as the events-lead approver (the session's keyring), a
+planted API key in every process's environment, and a low argument-size limit (so an
+oversized call fits a scenario)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import redis.asyncio as aioredis
 
 from callgate.client import CallgateClient
 from callgate.config import Settings
-from callgate.envelopes import ApprovalDecision, encode
+from callgate.envelopes import EnvelopeBase, encode
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.embedded_redis import EmbeddedRedis
@@ -67,11 +68,14 @@ class Deployment:
         assert found is not None
         return found
 
-    async def post_decision(self, message: ApprovalDecision) -> None:
+    async def post(self, kind: str, message: EnvelopeBase) -> None:
+        """XADD ``message`` onto the run's ``kind`` stream, as anyone with Redis access can."""
+        await self.post_raw(kind, message.run_id, encode(message))
+
+    async def post_raw(self, kind: str, run_id: str, data: bytes) -> None:
         redis = aioredis.Redis.from_url(self.settings.redis_url)
         try:
-            stream = self.keys.run_stream("approvals", message.run_id)
-            await redis.xadd(stream, {"d": encode(message)})
+            await redis.xadd(self.keys.run_stream(kind, run_id), {"d": data})
         finally:
             await redis.aclose()
 
@@ -87,7 +91,6 @@ def deployment(redis_server: EmbeddedRedis) -> Iterator[Deployment]:
         scripted_model=True,
         redis_url=redis_server.url,
         env={
-            "CALLGATE_APPROVERS": '{"carol": ["events-lead"]}',
             "CALLGATE_MAX_ARGUMENT_BYTES": str(MAX_ARGUMENT_BYTES),
             "CALLGATE_CLAIM_IDLE_MS": "1000",
             "OPENAI_API_KEY": PLANTED_API_KEY,

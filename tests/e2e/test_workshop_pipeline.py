@@ -16,9 +16,10 @@ import aiohttp
 import orjson
 import pytest
 
-from callgate.approvals.desk import ApprovalDesk, DecisionKind, Outcome
-from callgate.approvals.record import ApprovalRecord
+from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
+from callgate.decisions.desk import ApprovalDesk, DecisionKind, Outcome
+from callgate.decisions.record import ApprovalRecord
 from callgate.errors import NotFoundError
 from callgate.ops.cli import main
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
@@ -106,7 +107,8 @@ class Workshop:
             record = await self.approval(client, run_id)
             desk = ApprovalDesk(client.redis, client.keys, client.ledger)
             after = await desk.last_event_id(run_id)
-            message = await desk.post(record, decision, approver, **kw)
+            signer = signer_of(self.settings, approver)  # the approver's own key
+            message = await desk.post(record, decision, signer, **kw)
             return await desk.wait_outcome(message, after, 15)
 
     async def approval_state(self, run_id: str) -> str:

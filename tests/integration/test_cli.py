@@ -14,12 +14,13 @@ import pytest
 
 from callgate.config import Settings
 from callgate.ops.cli import main
-from callgate.services.ingress import create_worker
+from callgate.services.ingress import queues
+from callgate.streams.arq import create_worker
 
 
 def _drain(settings: Settings) -> None:
     async def run() -> None:
-        worker = create_worker(settings, burst=True, handle_signals=False)
+        worker = create_worker(settings, queues(settings)[0], "ingress", burst=True)
         try:
             await asyncio.wait_for(worker.async_run(), timeout=20)
         finally:

@@ -17,21 +17,19 @@ import pytest
 import redis.asyncio as aioredis
 from arq.connections import ArqRedis, create_pool
 
-from callgate.approvals.record import ApprovalRecord
 from callgate.client import CallgateClient
 from callgate.config import Settings
+from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import ApprovalExpired, TurnRequest, decode
 from callgate.errors import JobFailedError, NotFoundError, RunSpecError
 from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
 from callgate.ledger.tx import Tx
-from callgate.services.ingress import (
-    create_worker,
-    start_run,
-    sweep_approvals,
-    sweep_deadlines,
-)
+from callgate.services.ingress import queues, start_run
 from callgate.states import RunState
+from callgate.streams.arq import create_worker
 from callgate.streams.service import Runtime, build_runtime
+from callgate.sweeps import sweep_approvals, sweep_deadlines
+from tests.seed import signed_job
 
 
 def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
@@ -80,8 +78,8 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
 
 
 async def drain(settings: Settings) -> tuple[int, int]:
-    """Run the arq worker in burst mode; return (jobs completed, jobs failed)."""
-    worker = create_worker(settings, burst=True, handle_signals=False)
+    """Run the public queue's arq worker in burst mode; return (jobs completed, failed)."""
+    worker = create_worker(settings, queues(settings)[0], "ingress", burst=True)
     try:
         await asyncio.wait_for(worker.async_run(), timeout=20)
     finally:
@@ -104,7 +102,8 @@ async def test_same_run_id_twice_creates_one_run_and_one_turn_request(
     assert await client.submit(spec(run_id)) == run_id  # arq dedups while the result is kept
     await drain(settings)
     # Past arq's dedup (its result expired, or another path): the ledger's create-once guard.
-    again = await start_run({"runtime": runtime, "job_id": "other"}, spec(run_id))
+    again = await start_run({"runtime": runtime, "job_id": "other"},
+                            signed_job(spec(run_id), run_id))
     assert again == {"run_id": run_id, "created": False}
 
     status = await client.status(run_id)
@@ -122,7 +121,7 @@ async def test_run_id_defaults_to_the_job_id(
     settings: Settings, pool: ArqRedis, client: CallgateClient
 ) -> None:
     job_id = new_run_id()
-    await pool.enqueue_job(START_RUN, spec(), _job_id=job_id)
+    await pool.enqueue_job(START_RUN, signed_job(spec(), job_id), _job_id=job_id)
     assert await drain(settings) == (1, 0)
     assert (await client.status(job_id))["run_id"] == job_id
 
@@ -134,10 +133,11 @@ async def test_invalid_spec_creates_nothing_and_says_why(
     run_id = new_run_id()
     with pytest.raises(RunSpecError, match="max_turn: unknown field"):
         await client.submit(spec(run_id, max_turn=3))  # the client checks before enqueueing
-    await pool.enqueue_job(START_RUN, spec(run_id, max_turn=3), _job_id=run_id)
+    await pool.enqueue_job(START_RUN, signed_job(spec(run_id, max_turn=3), run_id),
+                           _job_id=run_id)
     bad_tools = new_run_id()
-    await pool.enqueue_job(START_RUN, spec(bad_tools, allowed_tools=["no_such_tool"]),
-                           _job_id=bad_tools)
+    await pool.enqueue_job(START_RUN, signed_job(spec(bad_tools, allowed_tools=["no_such_tool"]),
+                                                 bad_tools), _job_id=bad_tools)
     assert await drain(settings) == (0, 2)
 
     for rid in (run_id, bad_tools):
@@ -222,7 +222,7 @@ async def test_approval_sweep_expires_only_pending_approvals_past_their_time(
         await redis.zadd(keys.run_pending_approvals("r-sweep"),
                          {f"r-sweep {approval_id}": expires_ms})
     assert await sweep_approvals({"runtime": runtime}) == 1
-    entries = await redis.xrange(keys.run_stream("approvals", "r-sweep"))
+    entries = await redis.xrange(keys.run_stream("decisions", "r-sweep"))
     [expired] = [decode(fields[b"d"]) for _, fields in entries]
     assert isinstance(expired, ApprovalExpired)
     assert (expired.approval_id, expired.call_id, expired.turn) == ("apr-late", "c-apr-late", 1)

@@ -60,17 +60,11 @@ async def _turn_with_its_call_run(worker: ModelTurn) -> str:
     ledger.run_transition(decided, run.run_id, [RunState.VALIDATING], RunState.EXECUTING)
     ledger.call_transition(decided, run.run_id, "t1.0", [CallState.REQUESTED], CallState.ALLOWED)
     assert (await ledger.apply(decided)).ok
-    tx = Tx()
-    ledger.call_run_through(
-        tx,
-        run.run_id,
-        "t1.0",
-        CallState.ALLOWED,
-        CallState.SUCCEEDED,
-        attempts=0,
-        taken={"attempts": 1},
-        fields={"result": RESULT},
-    )
+    taken = ledger.call_transition(Tx(), run.run_id, "t1.0", [CallState.ALLOWED],
+                                   CallState.EXECUTING, {"attempts": 1})
+    assert (await ledger.apply(taken)).ok
+    tx = ledger.call_transition(Tx(), run.run_id, "t1.0", [CallState.EXECUTING],
+                                CallState.SUCCEEDED, {"result": RESULT})
     assert (await ledger.apply(tx)).ok
     return run.run_id
 

@@ -18,8 +18,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
-from callgate.approvals.desk import ApprovalDesk
 from callgate.client import CallgateClient
+from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import OutcomeUnknown, encode
 from callgate.keys import Keys
 from callgate.ledger.reads import APPLY_SHA
@@ -170,7 +170,7 @@ async def test_approvers_post_decisions_and_write_nothing_else(locked: LockedRed
         for partition in (0, 7, 42, 1023):
             assert approvers.xadd(KEYS.stream("decisions", partition), {"d": b"{}"})
         # Today's name of the decisions stream is refused too: the ACL names `decisions`.
-        for kind in (*STREAMS, "approvals"):
+        for kind in STREAMS:
             key_refused(approvers, "XADD", KEYS.stream(kind, 0), "*", "d", "{}")
         # Exactly a partition's stream: `cg:{p*}:decisions` would take any key ending so.
         key_refused(approvers, "XADD", "cg:{p0}:run:x}:decisions", "*", "d", "{}")
@@ -210,7 +210,7 @@ async def test_slack_consumes_notifications_and_writes_only_decisions_and_dead_l
     assert consumer.stats.dead_lettered == 1  # XACK + XADD :dead in one Lua step
     with locked.client("slack") as slack:
         exec_stream = KEYS.stream("exec", 0)
-        for kind in ("exec", "results", "turns", "validate", "approvals"):
+        for kind in ("exec", "results", "turns", "validate"):
             key_refused(slack, "XADD", KEYS.stream(kind, 0), "*", "d", "{}")
         key_refused(slack, "XGROUP", "CREATE", exec_stream, "thief", "0", "MKSTREAM")
         key_refused(slack, "XREADGROUP", "GROUP", "executor", "thief", "STREAMS", exec_stream, ">")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,14 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from callgate.auth.tokens import verify_decision
+from callgate.auth.trust import load_trust
 from callgate.config import Settings
+from callgate.decisions.claims import read_approval_claims
 from callgate.envelopes import (
-    ApprovalDecision,
     ApprovalRequested,
     OutcomeUnknown,
+    SignedDecision,
     decode,
     encode,
 )
@@ -123,12 +127,31 @@ async def send_click(
                                          signature=signature)
 
 
-async def decisions(redis: aioredis.Redis, keys: Keys) -> list[ApprovalDecision]:
+@dataclass(frozen=True)
+class Posted:
+    """A decision the bot posted, as its verified token says it."""
+
+    run_id: str
+    call_id: str
+    approval_id: str
+    decision: str
+    approver: str
+    args_hash: str
+    signer: str
+    reason: str | None
+
+
+async def decisions(redis: aioredis.Redis, keys: Keys) -> list[Posted]:
+    """The bot's decisions, each verified with the session's trust file."""
+    trust = load_trust(Path(os.environ["CALLGATE_TRUST_FILE"]))
     found = []
-    for _, fields in await redis.xrange(keys.run_stream("approvals", RUN)):
+    for _, fields in await redis.xrange(keys.run_stream("decisions", RUN)):
         envelope = decode(fields[b"d"])
-        assert isinstance(envelope, ApprovalDecision)
-        found.append(envelope)
+        assert isinstance(envelope, SignedDecision)
+        verified = verify_decision(envelope.token, trust, now=time.time())
+        claims = read_approval_claims(verified.claims)
+        found.append(Posted(claims.run, claims.call, claims.apr, claims.act, verified.person,
+                            claims.hash, verified.signer, claims.reason))
     return found
 
 
@@ -174,9 +197,8 @@ async def test_signed_click_posts_the_decision_and_updates_the_message(
     body = click_body(message, "U123", action_id, button_value(message, action_id))
     assert await send_click(url, body) == 200
     (posted,) = await decisions(redis, app.keys)
-    assert (posted.run_id, posted.turn, posted.call_id, posted.approval_id) == (
-        RUN, 2, CALL, APPROVAL)
-    assert (posted.decision, posted.approver, posted.args_hash, posted.source) == (
+    assert (posted.run_id, posted.call_id, posted.approval_id) == (RUN, CALL, APPROVAL)
+    assert (posted.decision, posted.approver, posted.args_hash, posted.signer) == (
         decision, "carol", HASH, "slack")
     assert posted.reason is None, "the model must never see a Slack user id"
     (update,) = fake.calls_of("chat.update")

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from callgate.auth.keyring import DEFAULT_PEOPLE, LocalKeyring, default_home
-from callgate.auth.keys import KeyFileError, new_private_key, public_key_text, read_private_key
+from callgate.auth.keys import new_private_key, public_key_text, read_private_key
 from callgate.auth.tokens import sign_decision, sign_submission, verify_decision, verify_submission
-from callgate.auth.trust import TrustConfig, TrustConfigError, load_trust
+from callgate.auth.trust import TrustConfig, load_trust
+from callgate.errors import KeyFileError, TrustConfigError
 
 
 def _mode(path: Path) -> int:

@@ -14,14 +14,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.keys import (
-    KeyFileError,
     new_private_key,
     parse_public_key,
     public_key_text,
     read_private_key,
     write_private_key,
 )
-from callgate.errors import CallgateError
+from callgate.errors import CallgateError, KeyFileError
 
 
 def _mode(path: Path) -> int:

@@ -24,7 +24,6 @@ from jwt.utils import base64url_decode, base64url_encode
 
 from callgate.auth.keys import new_private_key, public_key_text
 from callgate.auth.tokens import (
-    AuthError,
     Signer,
     VerifiedDecision,
     check_grant,
@@ -37,6 +36,7 @@ from callgate.auth.tokens import (
     verify_submission,
 )
 from callgate.auth.trust import TrustConfig
+from callgate.errors import AuthError
 from callgate.tools.canonical import args_hash
 
 DAY_S = 86_400

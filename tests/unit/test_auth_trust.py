@@ -19,9 +19,9 @@ from callgate.auth.trust import (
     Person,
     Submitter,
     TrustConfig,
-    TrustConfigError,
     load_trust,
 )
+from callgate.errors import TrustConfigError
 
 
 def _key() -> str:

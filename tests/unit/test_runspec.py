@@ -45,7 +45,7 @@ def test_unknown_field_is_named() -> None:
 
 def test_missing_required_fields_are_each_named() -> None:
     found = problems({"api": "openai-chat"})
-    assert sorted(found) == ["identity: required", "input: required", "model: required"]
+    assert sorted(found) == ["input: required", "model: required"]
 
 
 def test_identity_must_name_a_user() -> None:
@@ -103,13 +103,16 @@ def test_run_id_is_minted_once_and_kept() -> None:
 
 def test_new_run_record_awaits_the_model_for_turn_one() -> None:
     parsed = RunSpec.model_validate(spec(run_id="r1", deadline_s=2.5, max_turns=3))
-    run = to_run_record(parsed, now_ms=1_000, allowed_tools=["get_weather"])
+    verified = {"user": "alice", "roles": ["events-lead"]}
+    run = to_run_record(parsed, now_ms=1_000, allowed_tools=["get_weather"], identity=verified,
+                        vouched_by="service:local")
     assert run.status == RunState.AWAITING_MODEL
     assert run.turn == 1
     assert run.max_turns == 3
     assert run.deadline_ms == 3_500
-    assert run.identity == {"user": "alice"}
+    assert run.identity == verified and run.vouched_by == "service:local"
     assert run.created_ms == run.updated_ms == 1_000
     assert run.allowed_tools == ["get_weather"]
     with pytest.raises(RunSpecError):
-        to_run_record(parse_spec(spec()), now_ms=0, allowed_tools=[])
+        to_run_record(parse_spec(spec()), now_ms=0, allowed_tools=[], identity=verified,
+                      vouched_by="service:local")

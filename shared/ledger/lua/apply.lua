@@ -62,7 +62,7 @@ end
 
 -- Phase 1b: op targets and arguments.
 local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
-               xack = 'stream',
+               xaddcap = 'stream', xack = 'stream',
                sadd = 'set', zadd = 'zset', zrem = 'zset', expire = false}
 local planned = {}   -- key index -> type the key has once the earlier ops ran
 local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)}
@@ -104,6 +104,8 @@ local function check_op(ki, key, code, s, n)
     for j = s, s + n - 1, 2 do
       if tonumber(argv[j]) == nil then return 'score is not a number' end
     end
+  elseif code == 'xaddcap' then
+    if not is_int(argv[s]) or n < 3 then return 'cap is not an integer' end
   end
   return nil
 end
@@ -122,6 +124,8 @@ for i = nguards + 1, #entries do
   local code, key, s, n = entries[i][1], KEYS[entries[i][2]], entries[i][3], entries[i][4]
   if code == 'xadd' then
     ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
+  elseif code == 'xaddcap' then
+    ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*', unpack(argv, s + 1, s + n - 1))
   else
     redis.call(code, key, unpack(argv, s, s + n - 1))
   end

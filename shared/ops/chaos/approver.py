@@ -1,8 +1,8 @@
-"""A simulated approver: decides pending approvals as ``carol`` (events-lead) through the
-same approvals stream the Slack bot and `callgate approve` use.
+"""A simulated approver: decides pending approvals as ``carol`` (events-lead), signed with her
+key, through the same decisions stream the Slack bot and `callgate approve` use.
 
 It reads the pending-approvals index, reads each approval record (the arguments hash it
-binds), and posts one `ApprovalDecision` per approval — approve or deny as the run's plan
+binds), and posts one signed decision per approval — approve or deny as the run's plan
 says; an approval the plan leaves to expire gets nothing.  Posting is retried while Redis is
 away; a decision already on the stream is never posted again, because the validator (and
 Redis, with AOF) keep it across crashes.
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from callgate.envelopes import ApprovalDecision
+from callgate.auth.tokens import Signer
+from callgate.decisions.desk import ApprovalDesk
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.common import REDIS_AWAY, pause, text
 from callgate.ops.chaos.workload import Decision
-from callgate.streams.commands import post
 
 APPROVER = "carol"
 POLL_S = 0.1
@@ -41,10 +41,13 @@ class Approver:
     """Polls until `stop`; ``plan`` maps run id → its decision (absent: approve)."""
 
     def __init__(
-        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision]
+        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision],
+        signer: Signer,
     ) -> None:
         self.redis = redis
         self.ledger = ledger
+        self.desk = ApprovalDesk(redis, ledger.keys, ledger)
+        self.signer = signer
         self.keys: Keys = ledger.keys
         self.plan = plan
         self.stats = ApproverStats()
@@ -78,18 +81,8 @@ class Approver:
         if record is None or record.state != "pending":
             return
         approve = decision == "approve"
-        message = ApprovalDecision(
-            run_id=run_id,
-            turn=record.turn,
-            call_id=record.call_id,
-            approval_id=approval_id,
-            decision="approve" if approve else "deny",
-            approver=APPROVER,
-            args_hash=record.args_hash,
-            reason=None if approve else "chaos: the simulated approver said no",
-            source="api",
-        )
-        await post(self.redis, self.keys.run_stream("approvals", run_id), message)
+        reason = None if approve else "chaos: the simulated approver said no"
+        await self.desk.post(record, "approve" if approve else "deny", self.signer, reason=reason)
         self.stats.posted.add(approval_id)
         if approve:
             self.stats.approved += 1

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
@@ -31,12 +32,12 @@ SERVING = r'"msg":\s*"serving"'
 """The log line a stream worker prints once it reads its streams
 (`callgate.streams.service.serve`)."""
 CHAOS_ENV: dict[str, str] = {
-    "CALLGATE_APPROVERS": f'{{"{APPROVER}": ["events-lead"]}}',
     "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.5, 1, 2, 4]",
     "CALLGATE_CLAIM_IDLE_MS": "1000",
     "CALLGATE_HEARTBEAT_MS": "250",
 }
-"""Every child's settings: carol approves; dead consumers' messages are reclaimed after 1 s."""
+"""Every child's settings: dead consumers' messages are reclaimed after 1 s (carol, who
+approves, is in the local keyring every system gets)."""
 
 
 def system_spec(
@@ -65,7 +66,8 @@ class Session:
         keys = Keys(self.settings.key_prefix, self.settings.partitions)
         self.ledger = Ledger(self.redis, keys, self.settings)
         self.client = CallgateClient(self.settings)
-        self.approver = Approver(self.redis, self.ledger, {p.run_id: p.decision for p in plans})
+        self.approver = Approver(self.redis, self.ledger, {p.run_id: p.decision for p in plans},
+                                 signer_of(self.settings, APPROVER))
 
     @property
     def booking_url(self) -> str | None:

@@ -14,8 +14,9 @@ from typing import Any
 import aiohttp
 from redis.exceptions import RedisError
 
-from callgate.approvals.desk import ApprovalDesk
+from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
+from callgate.decisions.desk import ApprovalDesk
 from callgate.errors import CallgateError, NotFoundError
 from callgate.ops.conformance.catalogue import APPROVER, PAUSE, Case
 from callgate.ops.conformance.observation import Observation, ObservedCall
@@ -122,7 +123,8 @@ async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER)
         if record is None:
             raise CallgateError(f"call {call.call_id} waits for approval but has no approval")
         after = await desk.last_event_id(run_id)
-        message = await desk.post(record, "approve", approver, reason="conformance", source="api")
+        message = await desk.post(record, "approve", signer_of(client.settings, approver),
+                                  reason="conformance")
         verdict = await desk.wait_outcome(message, after, timeout_s=VERDICT_TIMEOUT_S)
         if verdict is None or not verdict.applied:
             said = "no verdict" if verdict is None else f"{verdict.event}: {verdict.reason}"

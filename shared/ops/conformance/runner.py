@@ -19,7 +19,7 @@ import aiohttp
 
 from callgate.client import CallgateClient
 from callgate.envelopes import new_id
-from callgate.ops.conformance.catalogue import APIS, APPROVER, Case
+from callgate.ops.conformance.catalogue import APIS, Case
 from callgate.ops.conformance.checker import Cell, check
 from callgate.ops.conformance.drive import Context, run_cell
 from callgate.ops.conformance.observation import Observation
@@ -65,7 +65,6 @@ def system_spec(redis_url: str | None = None) -> SystemSpec:
         # Redis would otherwise take our messages, and we theirs.
         key_prefix=f"conf{new_id()[:8]}",
         env={
-            "CALLGATE_APPROVERS": f'{{"{APPROVER}": ["events-lead"]}}',
             # A killed executor's message is reclaimed after 1 s; reconciliation starts at once.
             "CALLGATE_CLAIM_IDLE_MS": "1000",
             "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6, 1.2, 2.4]",

@@ -1,19 +1,20 @@
 """Pending approvals (DESIGN §7): the record, and the pure rule that decides whether a
-human's decision may apply.
+person's verified decision may apply.
 
-A decision applies only if it is for a live approval, from an approver who holds the role,
-for the same canonical arguments, and it is the first one; anything else is refused with a
-reason and changes nothing.
+A decision applies only if it is for a live approval, from a person who holds the role (as
+the deployment's trust file says), for the same canonical arguments, not the requester's own,
+and it is the first one; anything else is refused with a reason and changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from callgate.envelopes import ApprovalDecision
+from callgate.auth.tokens import VerifiedDecision
+from callgate.decisions.claims import ApprovalClaims
 
 ApprovalState = Literal["pending", "approved", "denied", "expired"]
 
@@ -37,8 +38,13 @@ class ApprovalRecord(BaseModel):
     expires_ms: int
     state: ApprovalState = "pending"
     decided_by: str | None = None
+    """The verified person who decided (or None: expired)."""
     decided_ms: int | None = None
     reason: str | None = None
+    signed_by: str | None = None
+    """The key the decision was signed with (the person's own, or a delegate's: the bot)."""
+    decision_token: str | None = None
+    """The signed decision itself, which the executor verifies again before dispatch."""
 
     def to_hash(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.model_dump().items() if v is not None}
@@ -50,27 +56,24 @@ class ApprovalRecord(BaseModel):
 
 def refusal(
     record: ApprovalRecord | None,
-    decision: ApprovalDecision,
-    approver_roles: Sequence[str],
+    claims: ApprovalClaims,
+    decided: VerifiedDecision,
     now_ms: int,
 ) -> str | None:
-    """Why ``decision`` must not apply, or None if it may."""
+    """Why a verified decision must not apply to ``record``, or None if it may.  The person
+    and their roles are the verified ones, never a name a message carries."""
     if record is None:
         return "no such approval"
-    if (record.run_id, record.call_id, record.turn) != (
-        decision.run_id,
-        decision.call_id,
-        decision.turn,
-    ):
-        return "the decision does not match the approval's run, turn or call"
+    if (record.run_id, record.call_id) != (claims.run, claims.call):
+        return "the decision does not match the approval's run or call"
     if record.state != "pending":
         return f"already decided ({record.state})"
     if now_ms >= record.expires_ms:
         return "the approval has expired"
-    if decision.args_hash != record.args_hash:
+    if claims.hash != record.args_hash:
         return "the decision is for different arguments than the pending request"
-    if record.approver_role not in approver_roles:
-        return f"{decision.approver} does not hold the role {record.approver_role}"
-    if decision.approver == record.requested_by:
+    if record.approver_role not in decided.roles:
+        return f"{decided.person} does not hold the role {record.approver_role}"
+    if decided.person == record.requested_by:
         return "the requester cannot approve their own request"
     return None

@@ -1,8 +1,9 @@
-"""Find pending approvals, post a human's decision, and learn whether the validator applied it.
+"""Find pending approvals, post a person's signed decision, and learn what the validator did.
 
-What `callgate approvals` / `approve` / `deny` and `callgate demo workshop` share.  A decision
-goes onto the run's approvals stream exactly as the Slack bot posts it; the validator alone
-decides whether it applies, and says so in the run's event log (``approval.approved`` /
+What `callgate approvals` / `approve` / `deny`, `callgate demo workshop`, the Slack bot and the
+HTTP API share.  A decision is signed with the key of the person deciding (or of a delegate
+that speaks for them) and goes onto the run's decisions stream; the validator alone decides
+whether it applies, and says so in the run's event log (``approval.approved`` /
 ``approval.denied`` / ``approval.refused``, each carrying the decision's ``msg_id``), which is
 what `wait_outcome` reads.
 """
@@ -11,18 +12,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import redis.asyncio as aioredis
 
-from callgate.approvals.record import ApprovalRecord
-from callgate.envelopes import ApprovalDecision
+from callgate.auth.tokens import Signer, sign_decision
+from callgate.decisions.claims import DecisionKind, approval_claims
+from callgate.decisions.record import ApprovalRecord
+from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger, redis_errors
 from callgate.records import Event
 from callgate.streams.commands import post
 
-DecisionKind = Literal["approve", "deny"]
+__all__ = ["ApprovalDesk", "DecisionKind", "Outcome"]
+
 OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused"})
 
 
@@ -78,26 +81,26 @@ class ApprovalDesk:
         self,
         record: ApprovalRecord,
         decision: DecisionKind,
-        approver: str,
+        signer: Signer,
         *,
+        person: str | None = None,
         reason: str | None = None,
         args_hash: str | None = None,
-        source: Literal["slack", "cli", "api"] = "cli",
-    ) -> ApprovalDecision:
-        """Post a decision on ``record`` (for the arguments it binds, unless ``args_hash``)."""
-        message = ApprovalDecision(
-            run_id=record.run_id,
-            turn=record.turn,
-            call_id=record.call_id,
-            approval_id=record.approval_id,
-            decision=decision,
-            approver=approver,
-            args_hash=args_hash or record.args_hash,
-            reason=reason,
-            source=source,
-        )
+    ) -> SignedDecision:
+        """Sign and post a decision on ``record`` as ``person`` (default: the signer, deciding
+        for themselves), for the arguments it binds unless ``args_hash`` says otherwise."""
+        jti = new_id()
+        claims = approval_claims(decision, run=record.run_id, apr=record.approval_id,
+                                 call=record.call_id, hash=args_hash or record.args_hash,
+                                 reason=reason, jti=jti)
+        token = sign_decision(signer, person=person or signer.key_id, claims=claims)
+        return await self.post_signed(record.run_id, record.turn, token, jti)
+
+    async def post_signed(self, run_id: str, turn: int, token: str, jti: str) -> SignedDecision:
+        """Post a decision someone signed (``jti`` is its token's id, for `wait_outcome`)."""
+        message = SignedDecision(msg_id=jti, run_id=run_id, turn=turn, token=token)
         with redis_errors():
-            await post(self.redis, self.keys.run_stream("approvals", record.run_id), message)
+            await post(self.redis, self.keys.run_stream("decisions", run_id), message)
         return message
 
     async def last_event_id(self, run_id: str) -> str:
@@ -107,7 +110,7 @@ class ApprovalDesk:
         return _text(entries[0][0]) if entries else "0-0"
 
     async def wait_outcome(
-        self, message: ApprovalDecision, after_id: str, timeout_s: float
+        self, message: SignedDecision, after_id: str, timeout_s: float
     ) -> Outcome | None:
         """The validator's verdict on ``message``, or None if none came within ``timeout_s``."""
         stream = self.keys.events(message.run_id)

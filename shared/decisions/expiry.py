@@ -11,11 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from arq import ArqRedis, create_pool
-
-from callgate.approvals.record import ApprovalRecord
 from callgate.config import Settings
-from callgate.jobs import job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.decisions.record import ApprovalRecord
+from callgate.jobs import JobQueue, internal_queue_name
 
 EXPIRE_APPROVAL = "expire_approval"
 log = logging.getLogger("callgate.expiry")
@@ -24,23 +22,13 @@ log = logging.getLogger("callgate.expiry")
 class ApprovalExpiryScheduler:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._pool: ArqRedis | None = None
-
-    async def _arq(self) -> ArqRedis:
-        if self._pool is None:
-            self._pool = await create_pool(
-                redis_settings(self.settings),
-                job_serializer=job_serializer,
-                job_deserializer=job_deserializer,
-                default_queue_name=queue_name(self.settings),
-            )
-        return self._pool
+        self._queue = JobQueue(settings, internal_queue_name(settings))
 
     async def schedule(self, approval: ApprovalRecord) -> None:
         """Best effort: a lost job is covered by the ingress sweep."""
         when = dt.datetime.fromtimestamp(approval.expires_ms / 1000, tz=dt.UTC)
         try:
-            pool = await self._arq()
+            pool = await self._queue.pool()
             await pool.enqueue_job(
                 EXPIRE_APPROVAL,
                 {
@@ -56,5 +44,4 @@ class ApprovalExpiryScheduler:
             log.exception("could not schedule approval expiry; the sweep will expire it")
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._queue.close()

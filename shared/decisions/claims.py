@@ -1,0 +1,53 @@
+"""What a person's decision says, signed: the claims of a decision token.
+
+A decision reaches the validator as a `callgate.envelopes.Decision` holding nothing but a
+token (`callgate.auth.tokens.sign_decision`); everything that matters — which run, which
+approval, for which exact arguments, approve or deny, why — is inside the signature, so no
+field of a stream message can stand in for a person.  The signer's key and the person it speaks
+for are checked by `verify_decision`; the person's roles come from the trust file.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from callgate.errors import AuthError
+
+DecisionKind = Literal["approve", "deny"]
+
+
+class ApprovalClaims(BaseModel):
+    """Approve or deny one pending approval, for the arguments the person was shown."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    act: DecisionKind
+    run: str = Field(min_length=1, max_length=128)
+    apr: str = Field(min_length=1, max_length=128)
+    """The approval id."""
+    call: str = Field(min_length=1, max_length=128)
+    hash: str = Field(min_length=1, max_length=128)
+    """The canonical-argument hash the person saw; must be the approval's."""
+    reason: str | None = Field(default=None, max_length=2000)
+    jti: str = Field(min_length=1, max_length=128)
+    """The token's own id: a decision applies once."""
+
+
+def approval_claims(
+    act: DecisionKind, *, run: str, apr: str, call: str, hash: str, reason: str | None,
+    jti: str,
+) -> dict[str, object]:
+    """The claims to sign for one approval decision."""
+    claims = ApprovalClaims(act=act, run=run, apr=apr, call=call, hash=hash, reason=reason,
+                            jti=jti)
+    return claims.model_dump(exclude_none=True)
+
+
+def read_approval_claims(claims: dict[str, object]) -> ApprovalClaims:
+    """The verified token's claims as an approval decision; `AuthError` if they are not one."""
+    try:
+        return ApprovalClaims.model_validate(claims)
+    except ValidationError as exc:
+        raise AuthError(f"not an approval decision: {exc.errors()[0]['msg']}") from exc

@@ -1,0 +1,126 @@
+"""The one way callgate runs arq workers: JSON jobs, bounded in time, reconnecting in place.
+
+A process may serve several queues (the ingress serves the public ``start_run`` queue and the
+workers' internal one), each an arq `Worker` with its own runtime.  Signals are handled here,
+once: SIGTERM/SIGINT let the jobs running finish for up to ``shutdown_grace_s`` (arq's
+``job_completion_wait``), then every worker stops.  When Redis goes away, arq's poll loop ends
+with a connection error; the worker is built again after a back-off, so the process
+reconnects in place like the stream workers instead of exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from arq.cron import CronJob
+from arq.worker import Function, Worker
+
+from callgate.config import Settings
+from callgate.jobs import job_deserializer, job_serializer, redis_settings
+from callgate.logs import log_fields
+from callgate.streams.commands import REDIS_ERRORS, backoff_s
+from callgate.streams.service import Runtime, build_runtime
+
+log = logging.getLogger("callgate.arq")
+
+JOB_TIMEOUT_S = 10
+"""Every callgate job is a few Redis round trips.  arq lets another worker take the job of a
+worker that died only after the longest job timeout + 10 s, so this bounds how long a
+SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """One arq queue this process serves: its name, its functions, its periodic jobs."""
+
+    name: str
+    functions: Sequence[Function]
+    cron_jobs: Sequence[CronJob] = field(default_factory=tuple)
+
+
+def create_worker(
+    settings: Settings, queue: QueueSpec, service: str, *, burst: bool = False
+) -> Worker:
+    """The arq worker for ``queue``: its own runtime in each job's ``ctx["runtime"]``."""
+
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        ctx["runtime"] = build_runtime(service, settings)
+
+    async def on_shutdown(ctx: dict[str, Any]) -> None:
+        runtime: Runtime | None = ctx.pop("runtime", None)
+        if runtime is not None:
+            await runtime.close()
+
+    return Worker(
+        functions=list(queue.functions),
+        # Periodic jobs are for a serving worker: in burst mode one falling due mid-drain
+        # would add a job nobody queued.
+        cron_jobs=[] if burst else list(queue.cron_jobs),
+        queue_name=queue.name,
+        redis_settings=redis_settings(settings),
+        burst=burst,
+        on_startup=on_startup,
+        on_shutdown=on_shutdown,
+        handle_signals=False,
+        job_completion_wait=max(1, round(settings.shutdown_grace_s)),
+        job_timeout=JOB_TIMEOUT_S,
+        poll_delay=0.05 if burst else 0.2,
+        job_serializer=job_serializer,
+        job_deserializer=job_deserializer,
+        log_results=False,
+        # arq's default hour, but never longer than the run itself is kept (retention).
+        keep_result=min(3600, settings.retention_s),
+    )
+
+
+async def serve(
+    settings: Settings, queues: Sequence[QueueSpec], service: str, *, burst: bool = False
+) -> None:
+    """Serve every queue until drained (burst) or stopped by a signal; always close."""
+    stopped = asyncio.Event()
+    workers: list[Worker] = []
+    if not burst:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _stop, sig, workers, stopped)
+    await asyncio.gather(*(
+        _keep_serving(functools.partial(create_worker, settings, queue, service, burst=burst),
+                      workers, stopped)
+        for queue in queues
+    ))
+
+
+def _stop(sig: signal.Signals, workers: list[Worker], stopped: asyncio.Event) -> None:
+    stopped.set()
+    for worker in workers:
+        worker.handle_sig_wait_for_completion(sig)
+
+
+async def _keep_serving(
+    make: Callable[[], Worker], workers: list[Worker], stopped: asyncio.Event
+) -> None:
+    attempt = 0
+    while not stopped.is_set():
+        worker = make()
+        workers.append(worker)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker.async_run()
+            return
+        except REDIS_ERRORS as exc:
+            log.warning("redis unavailable; restarting the arq worker in place",
+                        extra=log_fields(error=repr(exc), attempt=attempt))
+        finally:
+            workers.remove(worker)
+            with contextlib.suppress(*REDIS_ERRORS):
+                await worker.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), backoff_s(attempt))
+        attempt += 1
