@@ -4,6 +4,14 @@ The Approve/Deny buttons carry the ids of the approval they decide in their ``va
 (Slack echoes it back, signed, in the click), so a click never depends on bot memory.  The
 role a click needs is *not* taken from the button: the bot reads it from the approval
 record, which only the validator writes.
+
+Every value that is not a constant of ours (tool names, arguments, reasons, ids, who asked) is
+model- or user-chosen, so it reaches Slack escaped (``&``, ``<``, ``>``): otherwise a value such
+as ``<!channel>`` pings everyone and ``<https://evil|Approve here>`` is a link on an approval
+card.  The arguments are shown as ``plain_text``, which Slack never interprets, not inside a
+code fence a value could close (escaped too: Slack decodes the three entities in every text
+object); mrkdwn objects are ``verbatim`` so bare URLs and names in a value are not turned into
+links or mentions either.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ DENY_ACTION = "callgate_deny"
 ACTIONS_BLOCK = "callgate_approval"
 MAX_ARGS_CHARS = 2500
 """Slack caps a section's text at 3,000 characters; the arguments are cut before that."""
+MAX_INLINE_CHARS = 200
+"""A name or id shown in a line; Slack caps a field at 2,000 characters."""
+MAX_DETAIL_CHARS = 1000
 
 
 class Notification(BaseModel):
@@ -94,20 +105,59 @@ def _slack_date(ms: int) -> str:
     return f"<!date^{seconds}^{{date_short_pretty}} {{time}}|{iso}>"
 
 
+def escape(text: str) -> str:
+    """``text`` with Slack's three control characters escaped, so it is shown, never parsed."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _escaped_prefix(text: str, limit: int) -> str:
+    """``text`` escaped and cut to at most ``limit`` characters without splitting an entity
+    (escaping can make a text five times longer, past Slack's limits)."""
+    escaped = escape(text)
+    if len(escaped) <= limit:
+        return escaped
+    out: list[str] = []
+    size = 0
+    for char in text:
+        piece = escape(char)
+        if size + len(piece) > limit:
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out) + "…(cut)"
+
+
+def _inline(value: str | None, default: str, limit: int = MAX_INLINE_CHARS) -> str:
+    """``value`` escaped on one line: a line break in it could fake one of our labelled lines."""
+    shown = (value or default).replace("\r", " ").replace("\n", " ")
+    return _escaped_prefix(shown, limit)
+
+
+def _code(value: str | None, default: str) -> str:
+    """``value`` as inline code; a backtick in it would end the code span early."""
+    shown = (value or default).replace("`", "'")
+    return f"`{_inline(shown, default)}`"
+
+
 def _arguments_text(arguments: Any) -> str:
     text = orjson.dumps(redact(arguments), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
-    shown = text.decode()
-    if len(shown) > MAX_ARGS_CHARS:
-        shown = f"{shown[:MAX_ARGS_CHARS]}\n…(cut)"
-    return f"```{shown}```"
+    return _escaped_prefix(text.decode(), MAX_ARGS_CHARS)
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+    return {"type": "section", "text": _mrkdwn(text)}
+
+
+def _plain_section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "plain_text", "text": text, "emoji": False}}
 
 
 def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+    return {"type": "context", "elements": [_mrkdwn(text)]}
 
 
 def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
@@ -121,8 +171,8 @@ def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any
 
 
 def approval_text(note: Notification) -> str:
-    """The plain-text fallback (notifications, screen readers)."""
-    return f"Approval needed: {note.tool or 'tool call'} (run {note.run_id})"
+    """The fallback text (notifications, screen readers); Slack formats it, so it is escaped."""
+    return f"Approval needed: {_inline(note.tool, 'tool call')} (run {_inline(note.run_id, '-')})"
 
 
 def approval_blocks(note: Notification, requested_by: str | None) -> list[dict[str, Any]]:
@@ -134,16 +184,18 @@ def approval_blocks(note: Notification, requested_by: str | None) -> list[dict[s
     ).to_value()
     expires = _slack_date(note.expires_ms) if note.expires_ms else "never"
     fields = [
-        f"*Requested by:*\n{requested_by or 'unknown'}",
-        f"*Approver role:*\n{note.approver_role or 'any approver'}",
+        f"*Requested by:*\n{_inline(requested_by, 'unknown')}",
+        f"*Approver role:*\n{_inline(note.approver_role, 'any approver')}",
         f"*Expires:*\n{expires}",
-        f"*Run / call:*\n`{note.run_id}` / `{note.call_id}`",
+        f"*Run / call:*\n{_code(note.run_id, '-')} / {_code(note.call_id, '-')}",
     ]
     return [
-        _section(f":lock: *Approval needed* for `{note.tool or 'unknown tool'}`"),
-        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
-        _section(_arguments_text(note.arguments)),
-        _context(f"arguments hash `{note.args_hash}` · approval `{note.approval_id}`"),
+        _section(f":lock: *Approval needed* for {_code(note.tool, 'unknown tool')}"),
+        {"type": "section", "fields": [_mrkdwn(f) for f in fields]},
+        _section("*Arguments* (secrets redacted, long values cut):"),
+        _plain_section(_arguments_text(note.arguments)),
+        _context(f"arguments hash {_code(note.args_hash, '-')} · "
+                 f"approval {_code(note.approval_id, '-')}"),
         {
             "type": "actions",
             "block_id": ACTIONS_BLOCK,
@@ -156,35 +208,44 @@ def approval_blocks(note: Notification, requested_by: str | None) -> list[dict[s
 
 
 def outcome_text(decision: Literal["approve", "deny"], user: str, reason: str | None) -> str:
+    """Who decided, already escaped: it is the update's fallback text and a mrkdwn line."""
+    who = _inline(user, "unknown")
     if decision == "approve":
-        return f"approved by {user}"
-    return f"denied by {user}: {reason}" if reason else f"denied by {user}"
+        return f"approved by {who}"
+    return f"denied by {who}: {_inline(reason, '', MAX_DETAIL_CHARS)}" if reason else (
+        f"denied by {who}")
 
 
 def decided_blocks(
     original: list[dict[str, Any]] | None, outcome: str, slack_user_id: str
 ) -> list[dict[str, Any]]:
-    """The request message without its buttons, plus who decided (so nobody clicks again)."""
+    """The request message without its buttons, plus who decided (so nobody clicks again).
+
+    ``outcome`` is `outcome_text`'s, already escaped; the Slack user id came in Slack's signed
+    click and is escaped all the same."""
     kept = [b for b in original or [] if b.get("type") != "actions"]
     icon = ":white_check_mark:" if outcome.startswith("approved") else ":no_entry:"
     return [
         *kept,
-        _section(f"{icon} *{outcome}* (<@{slack_user_id}>)"),
+        _section(f"{icon} *{outcome}* (<@{escape(slack_user_id)}>)"),
         _context("Decision sent to callgate, which applies it only if the approval is still live."),
     ]
 
 
 def unknown_outcome_text(note: Notification) -> str:
-    return f"write outcome unknown; run paused ({note.tool or 'tool call'}, run {note.run_id})"
+    return (f"write outcome unknown; run paused ({_inline(note.tool, 'tool call')}, "
+            f"run {_inline(note.run_id, '-')})")
 
 
 def unknown_outcome_blocks(note: Notification) -> list[dict[str, Any]]:
     """No buttons: the reconciler, not a human click, resolves an unknown outcome."""
     lines = [
         ":warning: *write outcome unknown; run paused*",
-        f"*Tool:* `{note.tool or 'unknown'}`",
-        f"*Run / call:* `{note.run_id}` / `{note.call_id or '-'}`",
+        f"*Tool:* {_code(note.tool, 'unknown')}",
+        f"*Run / call:* {_code(note.run_id, '-')} / {_code(note.call_id, '-')}",
     ]
+    blocks = [_section("\n".join(lines))]
     if note.detail:
-        lines.append(f"*Detail:* {note.detail[:1000]}")
-    return [_section("\n".join(lines))]
+        blocks += [_section("*Detail:*"),
+                   _plain_section(_escaped_prefix(note.detail, MAX_DETAIL_CHARS))]
+    return blocks
