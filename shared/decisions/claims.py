@@ -1,6 +1,6 @@
 """What a person's decision says, signed: the claims of a decision token.
 
-A decision reaches the validator as a `callgate.envelopes.Decision` holding nothing but a
+A decision reaches the validator as a `callgate.envelopes.SignedDecision` holding nothing but a
 token (`callgate.auth.tokens.sign_decision`); everything that matters — which run, which
 approval, for which exact arguments, approve or deny, why — is inside the signature, so no
 field of a stream message can stand in for a person.  The signer's key and the person it speaks
@@ -51,3 +51,43 @@ def read_approval_claims(claims: dict[str, object]) -> ApprovalClaims:
         return ApprovalClaims.model_validate(claims)
     except ValidationError as exc:
         raise AuthError(f"not an approval decision: {exc.errors()[0]['msg']}") from exc
+
+
+ResolveOutcome = Literal["applied", "not_applied", "recheck"]
+
+
+class ResolveClaims(BaseModel):
+    """A person's answer for a write whose outcome stayed unknown: it was applied (with its
+    result), it was not, or ask the authoritative system again.  Bound to the call and its
+    operation id, so it cannot be replayed onto another write."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    act: Literal["resolve"]
+    run: str = Field(min_length=1, max_length=128)
+    call: str = Field(min_length=1, max_length=128)
+    op: str = Field(min_length=1, max_length=256)
+    """The call's operation id, as the person was shown it."""
+    outcome: ResolveOutcome
+    result: dict[str, object] | None = None
+    """With ``applied``: the result the model is told (default: an empty object)."""
+    reason: str | None = Field(default=None, max_length=2000)
+    jti: str = Field(min_length=1, max_length=128)
+
+
+def resolve_claims(
+    *, run: str, call: str, op: str, outcome: ResolveOutcome, result: dict[str, object] | None,
+    reason: str | None, jti: str,
+) -> dict[str, object]:
+    """The claims to sign for one resolution."""
+    claims = ResolveClaims(act="resolve", run=run, call=call, op=op, outcome=outcome,
+                           result=result, reason=reason, jti=jti)
+    return claims.model_dump(exclude_none=True)
+
+
+def read_resolve_claims(claims: dict[str, object]) -> ResolveClaims:
+    """The verified token's claims as a resolution; `AuthError` if they are not one."""
+    try:
+        return ResolveClaims.model_validate(claims)
+    except ValidationError as exc:
+        raise AuthError(f"not a resolution: {exc.errors()[0]['msg']}") from exc

@@ -1,11 +1,12 @@
-"""Find pending approvals, post a person's signed decision, and learn what the validator did.
+"""Find pending approvals, post a person's signed decision (approve, deny, resolve an unknown
+outcome), and learn what the validator did.
 
 What `callgate approvals` / `approve` / `deny`, `callgate demo workshop`, the Slack bot and the
 HTTP API share.  A decision is signed with the key of the person deciding (or of a delegate
 that speaks for them) and goes onto the run's decisions stream; the validator alone decides
 whether it applies, and says so in the run's event log (``approval.approved`` /
-``approval.denied`` / ``approval.refused``, each carrying the decision's ``msg_id``), which is
-what `wait_outcome` reads.
+``approval.denied`` / ``approval.refused`` / ``call.resolved`` / ``resolve.refused``, each
+carrying the decision's ``msg_id``), which is what `wait_outcome` reads.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from callgate.auth.tokens import Signer, sign_decision
-from callgate.decisions.claims import DecisionKind, approval_claims
+from callgate.decisions.claims import DecisionKind, ResolveOutcome, approval_claims, resolve_claims
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger, redis_errors
-from callgate.records import Event
+from callgate.records import CallRecord, Event
 from callgate.streams.commands import post
 
 __all__ = ["ApprovalDesk", "DecisionKind", "Outcome"]
 
-OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused"})
+OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused",
+                            "call.resolved", "resolve.refused"})
 
 
 def _text(value: bytes | str) -> str:
@@ -96,6 +98,18 @@ class ApprovalDesk:
         token = sign_decision(signer, person=person or signer.key_id, claims=claims)
         return await self.post_signed(record.run_id, record.turn, token, jti)
 
+    async def resolve(
+        self, call: CallRecord, outcome: ResolveOutcome, signer: Signer, *,
+        result: dict[str, object] | None = None, reason: str | None = None,
+        person: str | None = None,
+    ) -> SignedDecision:
+        """Sign and post a resolution of ``call``'s unknown outcome, bound to its operation id."""
+        jti = new_id()
+        claims = resolve_claims(run=call.run_id, call=call.call_id, op=call.operation_id or "",
+                                outcome=outcome, result=result, reason=reason, jti=jti)
+        token = sign_decision(signer, person=person or signer.key_id, claims=claims)
+        return await self.post_signed(call.run_id, call.turn, token, jti)
+
     async def post_signed(self, run_id: str, turn: int, token: str, jti: str) -> SignedDecision:
         """Post a decision someone signed (``jti`` is its token's id, for `wait_outcome`)."""
         message = SignedDecision(msg_id=jti, run_id=run_id, turn=turn, token=token)
@@ -128,7 +142,7 @@ class ApprovalDesk:
                     if event.type in OUTCOME_EVENTS and event.data.get("msg_id") == message.msg_id:
                         reason = event.data.get("reason")
                         return Outcome(
-                            applied=event.type != "approval.refused",
+                            applied=not event.type.endswith(".refused"),
                             event=event.type,
                             reason=None if reason is None else str(reason),
                         )

@@ -1,4 +1,5 @@
-"""How a person's decision (or an expiry) on a pending approval is applied, inside the validator.
+"""How a person's signed decision — on a pending approval, or resolving an unknown outcome
+(`callgate.decisions.resolve`) — or an approval's expiry is applied, inside the validator.
 
 A decision is trusted only when its token verifies against a key the deployment knows for that
 person (or for a delegate that speaks for them, such as the Slack bot): an unsigned, badly
@@ -20,8 +21,9 @@ from typing import Literal
 from callgate.auth.tokens import VerifiedDecision, verify_decision
 from callgate.clock import now_ms
 from callgate.crashpoints import crash_point
-from callgate.decisions.claims import ApprovalClaims, read_approval_claims
+from callgate.decisions.claims import ApprovalClaims, read_approval_claims, read_resolve_claims
 from callgate.decisions.record import ApprovalRecord, refusal
+from callgate.decisions.resolve import ResolveFlow
 from callgate.envelopes import ApprovalExpired, SignedDecision
 from callgate.errors import AuthError
 from callgate.ledger.approval_steps import Decider
@@ -39,13 +41,20 @@ class ApprovalFlow:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.ledger = runtime.ledger
+        self.resolutions = ResolveFlow(runtime)
 
     async def on_decision(self, message: SignedDecision) -> None:
+        """Verify the token first; then apply it as what its signed ``act`` says it is."""
         try:
             decided = verify_decision(message.token, self.rt.trust.current(), now=time.time())
-            claims = read_approval_claims(decided.claims)
-            if claims.run != message.run_id:
+            if decided.claims.get("run") != message.run_id:
                 raise AuthError("the decision is signed for another run")
+            if decided.claims.get("act") == "resolve":
+                resolved = read_resolve_claims(decided.claims)
+                await self.resolutions.on_resolve(message.msg_id, message.token, resolved,
+                                                  decided)
+                return
+            claims = read_approval_claims(decided.claims)
         except AuthError as exc:
             await self._refuse(message.run_id, message.msg_id, exc.reason, None)
             return

@@ -114,13 +114,16 @@ class ApprovalSteps(Reads):
         seen = self.keys.decisions_seen(run_id)
         return tx.expect_field_missing(seen, jti).hset(seen, {jti: what})
 
-    def refuse_decision(self, run_id: str, *, only_if_run_exists: bool, **data: Any) -> Tx:
+    def refuse_decision(
+        self, run_id: str, *, only_if_run_exists: bool, event: str = "approval.refused",
+        **data: Any,
+    ) -> Tx:
         """Record a refused decision in the run's trace.  A forged decision naming no run
         must not leave an event stream behind that nothing would ever expire."""
         tx = Tx()
         if only_if_run_exists:
             tx.expect(self.keys.run(run_id), "status", *RunState)
-        return self.event(tx, run_id, "approval.refused", **data)
+        return self.event(tx, run_id, event, **data)
 
 
 def _decision_fields(to: CallState, approver: str | None, reason: str | None) -> dict[str, Any]:

@@ -6,6 +6,8 @@
             └── LoopSteps (steps.py)  a run's steps (start, record a response, end or
                                       advance a turn) and a call's (decide, take, settle,
                                       reconcile)
+                └── ResolveSteps        a person resolves an unknown outcome
+                    (resolve_steps.py)
 
 Services call a named step to build a guarded `Tx` and `apply` it (with their message's ack,
 `Delivery.ack_with`) in one atomic step; they never write a key themselves.
@@ -14,11 +16,11 @@ Services call a named step to build a guarded `Tx` and `apply` it (with their me
 from __future__ import annotations
 
 from callgate.ledger.reads import redis_errors, require_calls
-from callgate.ledger.steps import LoopSteps
+from callgate.ledger.resolve_steps import ResolveSteps
 from callgate.ledger.tx import Guard, Tx, TxResult
 
 __all__ = ["Guard", "Ledger", "Tx", "TxResult", "redis_errors", "require_calls"]
 
 
-class Ledger(LoopSteps):
+class Ledger(ResolveSteps):
     """Reads and named steps of runs, calls, approvals, history and events."""

@@ -35,6 +35,8 @@ from callgate.records import Api
 APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
 COMMAND_MODULES = (
     "callgate.ops.approvals_cli",
+    "callgate.ops.keys_cli",
+    "callgate.ops.resolve_cli",
     "callgate.ops.conformance.cli",
     "callgate.ops.chaos.cli",
     "callgate.ops.bench.cli",
