@@ -103,14 +103,25 @@ class LocalKeyring:
             )
         return Signer(key_id=name, key=read_private_key(path))
 
-    def new_person(self, name: str, roles: Sequence[str]) -> tuple[Path, str]:
-        """Make ``name``'s key (never replacing one) and return its path and the one-line trust
-        entry the deployment must register; this keyring's trust file is left alone."""
+    def new_person(
+        self, name: str, roles: Sequence[str], *, overwrite: bool = False
+    ) -> tuple[Path, str]:
+        """Make ``name``'s key and return its path and the one-line trust entry the deployment
+        must register; this keyring's trust file is left alone.  An existing key is replaced
+        only with ``overwrite`` (FileExistsError otherwise): its owner's trust entries die."""
         path = self.key_path(name)
         key = new_private_key()
-        write_private_key(path, key)
+        write_private_key(path, key, overwrite=overwrite)
         entry = {"roles": list(roles), "public_key": public_key_text(key)}
         return path, f"{json.dumps(name)}: {json.dumps(entry)}"
+
+    def key_names(self) -> list[str]:
+        """The names that have a private key here, sorted (temporary files are not keys)."""
+        if not self.keys_dir.is_dir():
+            return []
+        return sorted(
+            path.stem for path in self.keys_dir.glob("*.pem") if _NAME.fullmatch(path.stem)
+        )
 
     def register_person(self, name: str, roles: Sequence[str], public_key: str) -> TrustConfig:
         """Add ``name`` to this keyring's trust file; an existing different entry is refused,
