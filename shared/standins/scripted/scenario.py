@@ -22,7 +22,8 @@ Selection: the *first* step whose `when` matches answers. `when` keys (all must 
 user text). A step without `when` matches when `assistant_turns` equals its index. No match is a
 400 in the API's own envelope whose message says so.
 
-A step says `text`, `tool_calls` (name + arguments *object*) and/or `refusal`. In `text` and in
+A step says `text`, `tool_calls` (name + arguments *object*; `repeat: N` emits that call N
+times, each with its own id — a flood) and/or `refusal`. In `text` and in
 string argument values, `{result:NAME}` is replaced by the content of the latest result of a
 call to NAME in the history, `{result:NAME#2}` by the second one, `{user}` by the latest user
 text.
@@ -121,6 +122,7 @@ class When(_Strict):
 class ToolCallSpec(_Strict):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    repeat: int = Field(default=1, ge=1, le=100_000)
 
 
 class Step(_Strict):
@@ -228,6 +230,7 @@ def build_turn(step: Step, conv: Conversation, faults: Sequence[Fault], model: s
     calls = [
         CallSpec(c.name, orjson.dumps(_subst_value(c.arguments, conv)).decode())
         for c in step.tool_calls
+        for _ in range(c.repeat)
     ]
     refusal = step.refusal
     stop: Stop = "tool_calls" if calls else "end"
