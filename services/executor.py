@@ -9,7 +9,9 @@ redelivered because its executor died finds the call still ``executing``: a read
 an idempotent write is retried with the same operation id, and a write becomes ``unknown`` and
 goes to the reconciler — never replayed (DESIGN §8).  Just before dispatch an approved call's
 binding is checked against exactly what is sent.  A lost answer (timeout, dropped connection)
-fails a read with an explicit error and makes any write ``unknown``.
+fails a read with an explicit error and makes any write ``unknown``; any other exception from a
+tool fails a read with a ``tool_error`` result the model is told, and makes a write ``unknown``
+with the (redacted) exception as its reason, for the reconciler.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
 from callgate.ledger.steps import Outcome
 from callgate.logs import log_fields
 from callgate.records import Effect, error_result, ok_result
+from callgate.redact import redact_error, sensitive_values
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, main
@@ -165,7 +168,9 @@ class Executor:
         except ToolError as exc:
             return Outcome(CallState.FAILED, error_result(exc.code, exc.message))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return _lost_answer(tool, exc)
+            return _lost_answer(tool, exc, args)
+        except Exception as exc:  # a bug or an unforeseen failure in the tool's own code
+            return _tool_crashed(tool, exc, args)
         finally:
             # Debug: the run's event log already has every call's start and outcome, timed.
             log.debug("executed", extra=log_fields(
@@ -173,16 +178,34 @@ class Executor:
                 elapsed_ms=round((time.perf_counter() - started) * 1000, 1)))
 
 
-def _lost_answer(tool: Tool[Any], exc: BaseException) -> Outcome:
+def _lost_answer(tool: Tool[Any], exc: BaseException, args: BaseModel) -> Outcome:
     """No answer: a write may have happened (reconcile; never tell the model "error", which
     invites it to ask again under a new operation id); a read failed, explicitly."""
     if tool.is_write:
-        return Outcome(CallState.UNKNOWN, None)
+        return Outcome(CallState.UNKNOWN, None, _why(tool, exc, args))
     if isinstance(exc, TimeoutError):
         message = f"{tool.name} is unavailable: no answer within {tool.timeout_s:g} s"
         return Outcome(CallState.FAILED, error_result("timeout", message))
     message = f"{tool.name} is unavailable: {type(exc).__name__}"
     return Outcome(CallState.FAILED, error_result("unavailable", message))
+
+
+def _tool_crashed(tool: Tool[Any], exc: Exception, args: BaseModel) -> Outcome:
+    """The tool raised something it does not declare.  A read's call fails with the exception
+    as its result, so the model is told and the turn goes on (redelivering would only raise
+    it again, then fail the whole run).  A write may have sent its request before raising:
+    ``unknown``, with the exception on record, and the reconciler asks — never replayed."""
+    log.warning("tool raised", extra=log_fields(tool=tool.name, error=type(exc).__name__))
+    why = _why(tool, exc, args)
+    if tool.is_write:
+        return Outcome(CallState.UNKNOWN, None, why)
+    return Outcome(CallState.FAILED, error_result("tool_error", why))
+
+
+def _why(tool: Tool[Any], exc: BaseException, args: BaseModel) -> str:
+    """The exception as the ledger keeps it: redacted, and without any value of an argument
+    the tool marks sensitive (its message may quote one)."""
+    return redact_error(exc, sensitive_values(tool.dump(args), tool.sensitive_fields))
 
 
 async def _make_handler(runtime: Runtime) -> Handler:

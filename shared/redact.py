@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from callgate.logs import mask_url_password, secret_values
+
 REDACTED = "[redacted]"
 MAX_EVENT_STRING = 512
 """Strings longer than this are cut in events; the full value lives in the ledger record."""
@@ -30,6 +32,8 @@ _SECRET_VALUE = re.compile(
 )
 _SECRET_VALUE_STARTS = frozenset("bBsSxX\u017f")
 """Every first character `_SECRET_VALUE` can match (ſ folds to s): other strings skip it."""
+_SECRET_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_-])" + _SECRET_VALUE.pattern[1:], re.IGNORECASE)
+"""The same secrets anywhere in free text (an exception's message), not only as a whole value."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -70,6 +74,18 @@ def _redact_text(text: str) -> str:
     if len(text) > MAX_EVENT_STRING:
         return f"{text[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
     return text
+
+
+def redact_error(exc: BaseException, echoed: Collection[str] = ()) -> str:
+    """``Type: message`` of an exception, safe for the ledger, the event log and the model.
+
+    A tool's exception text is free text from code callgate does not control: it may quote a
+    URL with its password, a bearer token, a configured secret or a value the tool marks
+    sensitive (``echoed``, see `sensitive_values`), so each is masked and the text is cut like
+    any event string."""
+    text = mask_url_password(str(exc))
+    text = _SECRET_IN_TEXT.sub(REDACTED, scrub(text, [v for v in (*secret_values(), *echoed) if v]))
+    return _redact_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 ECHO_MIN_CHARS = 4

@@ -14,10 +14,11 @@ from callgate.auth.keyring import LocalKeyring
 from callgate.config import Settings
 from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
 from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.standins.demo import FAULTY
 from callgate.standins.demo import TOOL_MODULES as DEMO_TOOLS
 
-TEST_TOOLS = (*DEMO_TOOLS, BENCH_TOOLS)
-"""What a test deployment registers: the demo's tools and the benchmark's."""
+TEST_TOOLS = (*DEMO_TOOLS, BENCH_TOOLS, FAULTY)
+"""What a test deployment registers: the demo's tools, the benchmark's and the faulty ones."""
 
 
 DEPLOYMENT_MODES: dict[str, dict[str, str]] = {

@@ -8,10 +8,13 @@ sees raw model output.
 
 Error contract for ``execute``: raise `callgate.errors.ToolError` for a definitive failure the
 model should be told (e.g. "no such train").  Any other exception (``aiohttp.ClientError``,
-``TimeoutError``) means the outcome is not known to the tool; the executor decides by effect:
-a read fails with an explicit "unavailable"/"timeout" result, any write becomes ``unknown``
-and goes to the reconciler (``reconcile``, or for an idempotent write without one, the same
-request under the same operation id).  The executor, not the tool, enforces ``timeout_s``.
+``TimeoutError``, or a bug such as ``RuntimeError``) means the outcome is not known to the tool;
+the executor decides by effect: a read fails with an explicit result the model is told
+("unavailable"/"timeout" for a lost answer, ``tool_error`` with the redacted exception for
+anything else), any write becomes ``unknown`` (the exception kept as the call's reason) and
+goes to the reconciler (``reconcile``, or for an idempotent write without one, the same request
+under the same operation id).  The executor, not the tool, enforces ``timeout_s``.  An
+exception from ``preconditions`` refuses the call (``precondition_failed``).
 """
 
 from __future__ import annotations

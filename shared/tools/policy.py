@@ -14,7 +14,8 @@ Preconditions may do I/O and are a separate async step, `check_preconditions`.
 Every error is ``{"code", "message"}`` built only from what the model itself sent plus
 the run's own allow-list, so it is safe to hand back to the model.  A rejected `Decision`
 carries no `Tool` (``decision.tool is None``): there is nothing to execute.  Exceptions
-raised by a tool's own hooks are bugs and propagate to the worker.
+raised by a tool's own synchronous hooks are bugs and propagate to the worker; one raised by
+its preconditions is a failed precondition (`check_preconditions`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from callgate.config import Settings
 from callgate.errors import ToolError
 from callgate.records import ErrorDetail
+from callgate.redact import redact_error, sensitive_values
 from callgate.tools.canonical import canonical_json, hash_bytes
 from callgate.tools.contract import Identity, Tool, ToolContext
 from callgate.tools.json_guard import duplicate_key, exceeds_depth
@@ -316,12 +318,17 @@ async def check_preconditions(
 ) -> ErrorDetail | None:
     """Run the tool's business preconditions; None when they hold.
 
-    A `ToolError` from the hook counts as a failed precondition; any other exception
-    (the precondition could not be checked) propagates so the worker retries.
+    A `ToolError` from the hook counts as a failed precondition, and so does any other
+    exception (the precondition could not be checked): the call is refused with the redacted
+    exception, and the model told, rather than the batch redelivered until it is dead-lettered
+    and the whole run fails.  A cancellation (``BaseException``) still propagates.
     """
     args = arguments if isinstance(arguments, BaseModel) else tool.validate(arguments)
     try:
         reason = await tool.preconditions(ctx, args)
     except ToolError as exc:
         reason = exc.message
+    except Exception as exc:  # the tool's own code; what it raised is the reason
+        echoed = sensitive_values(tool.dump(args), tool.sensitive_fields)
+        reason = f"the precondition could not be checked: {redact_error(exc, echoed)}"
     return None if reason is None else _error(Rejection.PRECONDITION_FAILED, reason)

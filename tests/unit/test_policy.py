@@ -52,6 +52,8 @@ async def _reconcile(ctx: ToolContext, args: TransferArgs, operation_id: str) ->
 async def _funded(ctx: ToolContext, args: TransferArgs) -> str | None:
     if args.account == "acct-0":
         raise ToolError("account acct-0 is closed")
+    if args.account == "acct-9":
+        raise RuntimeError("ledger said 401 to Bearer eyJhbGciOi.secret")
     return "insufficient funds" if args.amount > 1000 else None
 
 
@@ -270,6 +272,21 @@ async def test_preconditions_are_a_separate_async_step() -> None:
         rejected = ok.reject(error)
         _assert_rejected(rejected, Rejection.PRECONDITION_FAILED, "closed")
         assert rejected.args_hash == ok.args_hash  # what was refused stays recorded
+
+
+async def test_a_precondition_that_raises_is_a_failed_precondition_not_a_crash() -> None:
+    """Redelivering the batch would raise again until it is dead-lettered and the run fails;
+    instead the call is refused with the (redacted) exception, and the turn goes on."""
+    async with aiohttp.ClientSession() as session:
+        ctx = ToolContext(
+            run_id="r1", call_id="c1", turn=1, identity=Identity(user="alice"), session=session
+        )
+        error = await check_preconditions(transfer, ctx, {"account": "acct-9", "amount": 5})
+    assert error == ErrorDetail(
+        code="precondition_failed",
+        message="the precondition could not be checked: RuntimeError: ledger said 401 to "
+        "[redacted]",
+    )
 
 
 def _batch(calls: list[ProposedCall], limits: Limits = LIMITS) -> list[Decision]:

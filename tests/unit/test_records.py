@@ -26,6 +26,7 @@ from callgate.redact import (
     _SECRET_VALUE_STARTS,
     REDACTED,
     redact,
+    redact_error,
     scrub,
     sensitive_values,
 )
@@ -268,6 +269,17 @@ def test_scrub_replaces_values_as_written_and_json_escaped_longest_first() -> No
     clean = scrub(text, {"a@b.example", 'O"Neil x', "a@b.example.org"})
     assert clean == f'Held for {REDACTED}; raw: {{"name":"{REDACTED}"}} and {REDACTED}'
     assert scrub("nothing marked", set()) == "nothing marked"
+
+
+def test_an_exception_is_described_without_its_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "planted-env-secret")
+    exc = RuntimeError("GET redis://w:pa55word@db/0 as Bearer abc.def, key planted-env-secret, "
+                       "card 4111111111111111, x" + "y" * 600)
+    text = redact_error(exc, {"4111111111111111"})
+    assert text.startswith(f"RuntimeError: GET redis://w:{REDACTED}@db/0 as {REDACTED} key "
+                           f"{REDACTED}, card {REDACTED}, x")
+    assert text.endswith("chars)")  # cut like any event string
+    assert redact_error(KeyError()) == "KeyError"
 
 
 # ---- the Tx builder ------------------------------------------------------------------------

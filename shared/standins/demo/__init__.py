@@ -10,3 +10,5 @@ WORKSHOP = "callgate.standins.demo.workshop"
 HOLDS = "callgate.standins.demo.holds"
 TOOL_MODULES = (TRAVEL, WORKSHOP, HOLDS)
 """The modules `callgate up`, the demo, conformance and chaos register by default."""
+FAULTY = "callgate.standins.demo.faulty"
+"""Tools whose own code raises (the tool-error cases); test deployments add it."""
