@@ -52,18 +52,19 @@ SWEEP_EVERY_S = 10
 
 
 def _selected_tools(registry: ToolRegistry, spec: RunSpec) -> list[str]:
-    """The registered tools the run may use; the spec may only select among them."""
+    """The registered tools the run may use; the spec may only select among them (and among
+    the registered acceptance validators, whether or not it has an allow-list)."""
+    validator = (spec.acceptance or {}).get("validator")
+    if validator is not None and validator not in registry.validators:
+        known = ", ".join(sorted(registry.validators)) or "none"
+        raise RunSpecError([f"acceptance.validator: {validator!r} is not a registered "
+                            f"validator (registered: {known})"])
     if spec.allowed_tools is None:
         return list(registry.names())
     missing = registry.unknown(spec.allowed_tools)
     if missing:
         raise RunSpecError([f"allowed_tools: {', '.join(missing)} not registered in this "
                             f"deployment (registered: {registry.describe()})"])
-    validator = (spec.acceptance or {}).get("validator")
-    if validator is not None and validator not in registry.validators:
-        known = ", ".join(sorted(registry.validators)) or "none"
-        raise RunSpecError([f"acceptance.validator: {validator!r} is not a registered "
-                            f"validator (registered: {known})"])
     return list(dict.fromkeys(spec.allowed_tools))
 
 
