@@ -40,6 +40,7 @@ class CallState(StrEnum):
     UNKNOWN = "unknown"
     RECONCILING = "reconciling"
     UNRESOLVED = "unresolved"
+    CANCELLED = "cancelled"
 
 
 R = RunState
@@ -65,16 +66,19 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     R.PAUSED_UNKNOWN_OUTCOME: frozenset({R.EXECUTING, R.AWAITING_MODEL}) | _RUN_ENDS,
     R.PAUSED_INCOMPLETE: frozenset({R.AWAITING_MODEL}) | _RUN_ENDS,
     **{end: frozenset() for end in RUN_TERMINAL},
+    # A person may resume a run handed off at its budget, with the same or a larger one.
+    R.HANDED_OFF: frozenset({R.AWAITING_MODEL}),
 }
 
-CALL_TERMINAL = frozenset({C.REJECTED, C.DENIED, C.EXPIRED, C.SUCCEEDED, C.FAILED})
+CALL_TERMINAL = frozenset({C.REJECTED, C.DENIED, C.EXPIRED, C.SUCCEEDED, C.FAILED, C.CANCELLED})
 """States the loop treats as final: the call's result can go back to the model."""
 
 CALL_TRANSITIONS: dict[CallState, frozenset[CallState]] = {
-    C.REQUESTED: frozenset({C.REJECTED, C.NEEDS_APPROVAL, C.ALLOWED}),
-    C.NEEDS_APPROVAL: frozenset({C.APPROVED, C.DENIED, C.EXPIRED}),
-    C.ALLOWED: frozenset({C.EXECUTING}),
-    C.APPROVED: frozenset({C.EXECUTING}),
+    # A call not yet started when its run is cancelled ends cancelled; one in flight does not.
+    C.REQUESTED: frozenset({C.REJECTED, C.NEEDS_APPROVAL, C.ALLOWED, C.CANCELLED}),
+    C.NEEDS_APPROVAL: frozenset({C.APPROVED, C.DENIED, C.EXPIRED, C.CANCELLED}),
+    C.ALLOWED: frozenset({C.EXECUTING, C.CANCELLED}),
+    C.APPROVED: frozenset({C.EXECUTING, C.CANCELLED}),
     # executing -> executing: a read (or idempotent write) re-taken after its executor died.
     C.EXECUTING: frozenset({C.EXECUTING, C.SUCCEEDED, C.FAILED, C.UNKNOWN}),
     C.UNKNOWN: frozenset({C.RECONCILING}),

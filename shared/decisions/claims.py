@@ -91,3 +91,34 @@ def read_resolve_claims(claims: dict[str, object]) -> ResolveClaims:
         return ResolveClaims.model_validate(claims)
     except ValidationError as exc:
         raise AuthError(f"not a resolution: {exc.errors()[0]['msg']}") from exc
+
+
+class ControlClaims(BaseModel):
+    """A person cancels a run, or resumes one paused incomplete or handed off at its budget
+    (with the same or a larger budget)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True)
+
+    act: Literal["cancel", "resume"]
+    run: str = Field(min_length=1, max_length=128)
+    reason: str | None = Field(default=None, max_length=2000)
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    """With ``resume``: the run's new turn budget (default: one more turn than it used)."""
+    deadline_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    """With ``resume``: a new wall-clock deadline, from the moment it applies."""
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    """With ``resume``: the run's new token budget (usage so far is kept)."""
+    jti: str = Field(min_length=1, max_length=128)
+
+
+def control_claims(**fields: object) -> dict[str, object]:
+    """The claims to sign for one cancel or resume."""
+    return ControlClaims.model_validate(fields).model_dump(exclude_none=True)
+
+
+def read_control_claims(claims: dict[str, object]) -> ControlClaims:
+    """The verified token's claims as a cancel or resume; `AuthError` if they are not one."""
+    try:
+        return ControlClaims.model_validate(claims)
+    except ValidationError as exc:
+        raise AuthError(f"not a cancel or resume: {exc.errors()[0]['msg']}") from exc

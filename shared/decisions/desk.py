@@ -12,23 +12,32 @@ carrying the decision's ``msg_id``), which is what `wait_outcome` reads.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import redis.asyncio as aioredis
 
 from callgate.auth.tokens import Signer, sign_decision
-from callgate.decisions.claims import DecisionKind, ResolveOutcome, approval_claims, resolve_claims
+from callgate.decisions.claims import (
+    DecisionKind,
+    ResolveOutcome,
+    approval_claims,
+    control_claims,
+    resolve_claims,
+)
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger, redis_errors
-from callgate.records import CallRecord, Event
+from callgate.records import CallRecord, Event, RunRecord
 from callgate.streams.commands import post
 
 __all__ = ["ApprovalDesk", "DecisionKind", "Outcome"]
 
 OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused",
-                            "call.resolved", "resolve.refused"})
+                            "call.resolved", "resolve.refused", "run.cancelled", "run.resumed",
+                            "control.refused"})
 
 
 def _text(value: bytes | str) -> str:
@@ -109,6 +118,18 @@ class ApprovalDesk:
                                 outcome=outcome, result=result, reason=reason, jti=jti)
         token = sign_decision(signer, person=person or signer.key_id, claims=claims)
         return await self.post_signed(call.run_id, call.turn, token, jti)
+
+    async def control(
+        self, run: RunRecord, act: Literal["cancel", "resume"], signer: Signer, *,
+        budget: Mapping[str, float | str | None] | None = None, person: str | None = None,
+    ) -> SignedDecision:
+        """Sign and post a cancel or resume of ``run`` (``budget``: reason, max_turns,
+        deadline_s, max_total_tokens, as `ControlClaims` takes them)."""
+        jti = new_id()
+        given = {name: value for name, value in (budget or {}).items() if value is not None}
+        claims = control_claims(act=act, run=run.run_id, jti=jti, **given)
+        token = sign_decision(signer, person=person or signer.key_id, claims=claims)
+        return await self.post_signed(run.run_id, run.turn, token, jti)
 
     async def post_signed(self, run_id: str, turn: int, token: str, jti: str) -> SignedDecision:
         """Post a decision someone signed (``jti`` is its token's id, for `wait_outcome`)."""

@@ -1,5 +1,6 @@
-"""How a person's signed decision — on a pending approval, or resolving an unknown outcome
-(`callgate.decisions.resolve`) — or an approval's expiry is applied, inside the validator.
+"""How a person's signed decision — on a pending approval, resolving an unknown outcome
+(`callgate.decisions.resolve`), cancelling or resuming a run (`callgate.decisions.control`) —
+or an approval's expiry is applied, inside the validator.
 
 A decision is trusted only when its token verifies against a key the deployment knows for that
 person (or for a delegate that speaks for them, such as the Slack bot): an unsigned, badly
@@ -21,7 +22,13 @@ from typing import Literal
 from callgate.auth.tokens import VerifiedDecision, verify_decision
 from callgate.clock import now_ms
 from callgate.crashpoints import crash_point
-from callgate.decisions.claims import ApprovalClaims, read_approval_claims, read_resolve_claims
+from callgate.decisions.claims import (
+    ApprovalClaims,
+    read_approval_claims,
+    read_control_claims,
+    read_resolve_claims,
+)
+from callgate.decisions.control import ControlFlow
 from callgate.decisions.record import ApprovalRecord, refusal
 from callgate.decisions.resolve import ResolveFlow
 from callgate.envelopes import ApprovalExpired, SignedDecision
@@ -42,6 +49,7 @@ class ApprovalFlow:
         self.rt = runtime
         self.ledger = runtime.ledger
         self.resolutions = ResolveFlow(runtime)
+        self.controls = ControlFlow(runtime)
 
     async def on_decision(self, message: SignedDecision) -> None:
         """Verify the token first; then apply it as what its signed ``act`` says it is."""
@@ -49,10 +57,15 @@ class ApprovalFlow:
             decided = verify_decision(message.token, self.rt.trust.current(), now=time.time())
             if decided.claims.get("run") != message.run_id:
                 raise AuthError("the decision is signed for another run")
-            if decided.claims.get("act") == "resolve":
+            act = decided.claims.get("act")
+            if act == "resolve":
                 resolved = read_resolve_claims(decided.claims)
                 await self.resolutions.on_resolve(message.msg_id, message.token, resolved,
                                                   decided)
+                return
+            if act in ("cancel", "resume"):
+                control = read_control_claims(decided.claims)
+                await self.controls.on_control(message.msg_id, message.token, control, decided)
                 return
             claims = read_approval_claims(decided.claims)
         except AuthError as exc:

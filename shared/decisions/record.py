@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from callgate.auth.tokens import VerifiedDecision
 from callgate.decisions.claims import ApprovalClaims
 
-ApprovalState = Literal["pending", "approved", "denied", "expired"]
+ApprovalState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
+"""``withdrawn``: its run was cancelled while it waited."""
 
 
 class ApprovalRecord(BaseModel):

@@ -9,7 +9,7 @@ event payload goes through `redact`.  Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -211,22 +211,23 @@ class LedgerBase:
         the runs index goes once its keys expired (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
-        ttl = self.settings.retention_s
         tx.zrem(keys.deadlines(keys.partition(run_id)), run_id)
-        turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
-        for key in (
-            keys.run(run_id),
-            keys.history(run_id),
-            keys.raw_responses(run_id),
-            keys.events(run_id),
-            keys.provider_calls(run_id),
-            keys.decisions_seen(run_id),
-        ):
-            tx.expire(key, ttl)
-        for call_id in call_ids:
-            tx.expire(keys.call(run_id, call_id), ttl)
-        for turn in turn_list:
-            tx.expire(keys.turn_calls(run_id, turn), ttl)
-        for approval_id in approval_ids:
-            tx.expire(keys.approval(run_id, approval_id), ttl)
+        for key in self.run_keys(run_id, call_ids, turns, approval_ids):
+            tx.expire(key, self.settings.retention_s)
         return tx
+
+    def run_keys(
+        self,
+        run_id: str,
+        call_ids: Iterable[str],
+        turns: int | Iterable[int],
+        approval_ids: Iterable[str],
+    ) -> Iterator[str]:
+        """Every key a run made: what expires when it ends, and lives on when it resumes."""
+        keys = self.keys
+        yield from (keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
+                    keys.events(run_id), keys.provider_calls(run_id), keys.decisions_seen(run_id))
+        yield from (keys.call(run_id, call_id) for call_id in call_ids)
+        turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
+        yield from (keys.turn_calls(run_id, turn) for turn in turn_list)
+        yield from (keys.approval(run_id, approval_id) for approval_id in approval_ids)

@@ -8,6 +8,8 @@
                                       reconcile)
                 └── ResolveSteps        a person resolves an unknown outcome
                     (resolve_steps.py)
+                    └── ControlSteps    a person cancels or resumes a run
+                        (control_steps.py)
 
 Services call a named step to build a guarded `Tx` and `apply` it (with their message's ack,
 `Delivery.ack_with`) in one atomic step; they never write a key themselves.
@@ -15,12 +17,12 @@ Services call a named step to build a guarded `Tx` and `apply` it (with their me
 
 from __future__ import annotations
 
+from callgate.ledger.control_steps import ControlSteps
 from callgate.ledger.reads import redis_errors, require_calls
-from callgate.ledger.resolve_steps import ResolveSteps
 from callgate.ledger.tx import Guard, Tx, TxResult
 
 __all__ = ["Guard", "Ledger", "Tx", "TxResult", "redis_errors", "require_calls"]
 
 
-class Ledger(ResolveSteps):
+class Ledger(ControlSteps):
     """Reads and named steps of runs, calls, approvals, history and events."""

@@ -215,6 +215,12 @@ class Tx:
             raise ValueError(f"expire needs a positive number of seconds, not {seconds!r}")
         return self._op("expire", key, [str(seconds)])
 
+    def persist(self, key: str) -> Tx:
+        """Remove ``key``'s expiry: a finished run that a person resumes lives on."""
+        self._op_args += ["persist", str(self._key(key)), "0"]
+        self.ops += 1
+        return self
+
     def sadd(self, key: str, *members: Value) -> Tx:
         return self._op("sadd", key, [_arg(m) for m in members])
 

@@ -36,7 +36,7 @@ APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages"
 COMMAND_MODULES = (
     "callgate.ops.approvals_cli",
     "callgate.ops.keys_cli",
-    "callgate.ops.resolve_cli",
+    "callgate.ops.control_cli",
     "callgate.ops.conformance.cli",
     "callgate.ops.chaos.cli",
     "callgate.ops.bench.cli",

@@ -26,8 +26,8 @@ from callgate.auth.tokens import Signer
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk, Outcome
 from callgate.errors import NotFoundError
+from callgate.ops.control_cli import resolve
 from callgate.ops.embedded_redis import EmbeddedRedis
-from callgate.ops.resolve_cli import resolve
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.records import CallRecord
 

@@ -1,0 +1,84 @@
+"""A person cancels a run, or resumes one that paused incomplete or was handed off at its
+budget (DESIGN §10).  Each is one guarded step on the run as it was read, applied once per
+signed decision.
+
+Cancel: no model turn starts after it; calls not yet started end ``cancelled`` (with that
+result), their pending approvals are withdrawn; a call in flight is never assumed cancelled —
+it settles with its true outcome (a write through reconciliation), which the run keeps.
+Resume: the run asks the model again — after a truncated turn, the next turn (the truncated
+response stays in the record, never executed); after a hand-off at a turn's start, that turn —
+under the new budget, with the usage so far kept; a handed-off run's keys stop expiring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from callgate.clock import now_ms
+from callgate.envelopes import TurnRequest
+from callgate.ledger.approval_steps import Decider
+from callgate.ledger.resolve_steps import ResolveSteps
+from callgate.ledger.tx import Tx
+from callgate.records import CallRecord, RunRecord, error_result
+from callgate.states import CallState, RunState
+
+NOT_STARTED = frozenset({CallState.REQUESTED, CallState.NEEDS_APPROVAL, CallState.ALLOWED,
+                         CallState.APPROVED})
+RESUMABLE = frozenset({RunState.PAUSED_INCOMPLETE, RunState.HANDED_OFF})
+
+
+class ControlSteps(ResolveSteps):
+    """Cancel and resume; `Ledger` mixes them in."""
+
+    async def cancel_run(
+        self, run: RunRecord, calls: Sequence[CallRecord], decider: Decider, *,
+        reason: str | None, msg_id: str,
+    ) -> Tx:
+        """``run`` (as read) → ``cancelled``, with ``calls`` (its current turn's) not started."""
+        tx = self.once(Tx(), run.run_id, decider.jti, "cancel")
+        why = f"cancelled by {decider.person}" + (f": {reason}" if reason else "")
+        for call in calls:
+            if call.state not in NOT_STARTED:
+                continue
+            self.call_transition(tx, run.run_id, call.call_id, [call.state], CallState.CANCELLED,
+                                 fields={"reason": why,
+                                         "result": error_result("cancelled", why)})
+            if call.state == CallState.NEEDS_APPROVAL and call.approval_id is not None:
+                self._withdraw(tx, run.run_id, call.approval_id, decider.person)
+        self.run_transition(tx, run.run_id, [run.status], RunState.CANCELLED,
+                            expect_turn=run.turn, fields={"reason": why})
+        self.event(tx, run.run_id, "run.cancelled", person=decider.person,
+                   signed_by=decider.signer, reason=reason, msg_id=msg_id)
+        return await self.retention(tx, run.run_id, run.turn)
+
+    def _withdraw(self, tx: Tx, run_id: str, approval_id: str, person: str) -> None:
+        key = self.keys.approval(run_id, approval_id)
+        tx.expect(key, "state", "pending")
+        tx.hset(key, {"state": "withdrawn", "decided_by": person, "decided_ms": now_ms(),
+                      "reason": "the run was cancelled"})
+        tx.zrem(self.keys.run_pending_approvals(run_id), f"{run_id} {approval_id}")
+
+    async def resume_run(
+        self, run: RunRecord, decider: Decider, *, turn: int, max_turns: int,
+        deadline_ms: int | None, max_total_tokens: int | None, msg_id: str,
+    ) -> Tx:
+        """``run`` (as read, paused incomplete or handed off) → asking the model for ``turn``
+        under the new budget."""
+        tx = self.once(Tx(), run.run_id, decider.jti, "resume")
+        fields = {"turn": turn, "max_turns": max_turns, "deadline_ms": deadline_ms,
+                  "max_total_tokens": max_total_tokens,
+                  "reason": f"resumed by {decider.person}"}
+        self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
+                            expect_turn=run.turn, fields=fields)
+        if run.status == RunState.HANDED_OFF:
+            calls = await self.run_calls(run.run_id, run.turn)
+            approvals = [c.approval_id for c in calls if c.approval_id is not None]
+            for key in self.run_keys(run.run_id, [c.call_id for c in calls], run.turn,
+                                     approvals):
+                tx.persist(key)
+        if deadline_ms is not None:
+            tx.zadd(self.keys.deadlines(self.keys.partition(run.run_id)), {run.run_id: deadline_ms})
+        self.event(tx, run.run_id, "run.resumed", person=decider.person,
+                   signed_by=decider.signer, turn=turn, max_turns=max_turns, msg_id=msg_id)
+        request = TurnRequest(run_id=run.run_id, turn=turn, reason="resume")
+        return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)

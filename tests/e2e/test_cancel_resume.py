@@ -1,0 +1,170 @@
+"""Cancel and resume, end to end (real workers, the demo services, the scripted model):
+
+* cancel while a write is in flight (the booking service commits, then holds its answer): the
+  run ends ``cancelled`` at once, the write settles with its true outcome (exactly the one
+  reservation the service made), and no later model request arrives;
+* cancel a run paused for approval: its call ends ``cancelled``, the approval is withdrawn and a
+  late approval is refused; someone who is neither the run's user nor an operator is refused;
+* a truncated turn pauses ``paused_incomplete``; resume asks again and the run completes —
+  nothing from the truncated response ran;
+* a run handed off at its turn budget resumes with a larger one and completes, each protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from callgate.auth.deployment import signer_of
+from callgate.client import CallgateClient
+from callgate.decisions.desk import ApprovalDesk
+from callgate.errors import NotFoundError
+from callgate.ops.control_cli import control
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.system import LocalSystem, SystemSpec
+
+pytestmark = pytest.mark.slow
+
+APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+TRAVEL = ["get_train_status", "get_weather"]
+
+
+@pytest.fixture(scope="module")
+def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
+    spec = SystemSpec(services=("travel", "booking"), scripted_model=True,
+                      redis_url=redis_server.url, grace_s=3.0)
+    with LocalSystem(spec) as running:
+        yield running
+
+
+async def http(system: LocalSystem, service: str, method: str, path: str, body: Any = None) -> Any:
+    url = f"{system.urls[service]}{path}"
+    async with aiohttp.ClientSession() as session, session.request(method, url, json=body) as r:
+        return await r.json()
+
+
+@pytest.fixture
+async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
+    for service in ("booking", "model"):
+        await http(system, service, "POST", "/_reset")
+    async with CallgateClient(system.settings) as c:
+        yield c
+
+
+async def until(client: CallgateClient, run_id: str, done: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        with contextlib.suppress(NotFoundError):  # ingress has not created it yet
+            view = await client.view(run_id)
+        if view and done(view):
+            return view
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {run_id} did not get there: {view}")
+
+
+def status(*wanted: str) -> Any:
+    return lambda view: view["status"] in wanted
+
+
+async def submit(client: CallgateClient, api: str, model: str, tools: list[str],
+                 **extra: Any) -> str:
+    return await client.submit({"api": api, "model": model, "input": "go",
+                                "identity": {"user": "alice"}, "allowed_tools": tools, **extra})
+
+
+async def approve(system: LocalSystem, client: CallgateClient, run_id: str) -> None:
+    call = await client.ledger.get_call(run_id, "t1.0")
+    assert call is not None and call.approval_id is not None
+    record = await client.ledger.get_approval(run_id, call.approval_id)
+    assert record is not None
+    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
+    await desk.post(record, "approve", signer_of(system.settings, "carol"))
+
+
+async def model_requests(system: LocalSystem, scenario: str) -> int:
+    return len([e for e in await http(system, "model", "GET", "/_log")
+                if e["scenario"] == scenario])
+
+
+async def test_cancel_with_a_write_in_flight_keeps_its_true_outcome(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    slow = {"mode": "slow", "delay_s": 2.0, "commit": "before", "count": 1}
+    await http(system, "booking", "POST", "/_faults", {"reserve": slow})
+    run_id = await submit(client, "openai-chat", "conf-reserve", ["reserve_seat"])
+    await until(client, run_id, status("paused_approval"))
+    await approve(system, client, run_id)
+    await until(client, run_id, lambda v: v["calls"][0]["state"] == "executing")
+    asked = await model_requests(system, "conf-reserve")
+
+    code, said = await control(client, run_id, "cancel", signer_of(system.settings, "alice"),
+                               reason="changed plans")
+    assert code == 0, said
+    assert (await client.view(run_id))["status"] == "cancelled"
+    view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "succeeded")
+    assert view["status"] == "cancelled"
+    stats = await http(system, "booking", "GET", "/_stats")
+    assert stats["reservations_by_participant"] == {"ws-200/p-alice": 1}
+    await asyncio.sleep(1.0)  # time for any (wrong) next turn to reach the model
+    assert await model_requests(system, "conf-reserve") == asked, "no model turn after cancel"
+
+
+async def test_cancel_withdraws_a_pending_approval_and_needs_the_user_or_an_operator(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    run_id = await submit(client, "anthropic-messages", "conf-reserve", ["reserve_seat"])
+    await until(client, run_id, status("paused_approval"))
+    code, said = await control(client, run_id, "cancel", signer_of(system.settings, "bob"))
+    assert (code, said.startswith("refused: bob is neither")) == (1, True), said
+    code, said = await control(client, run_id, "cancel", signer_of(system.settings, "operator"))
+    assert code == 0, said
+    call = await client.ledger.get_call(run_id, "t1.0")
+    assert call is not None and call.state == "cancelled" and call.approval_id is not None
+    record = await client.ledger.get_approval(run_id, call.approval_id)
+    assert record is not None and record.state == "withdrawn"
+    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
+    after = await desk.last_event_id(run_id)
+    late = await desk.post(record, "approve", signer_of(system.settings, "carol"))
+    verdict = await desk.wait_outcome(late, after, 10)
+    assert verdict is not None and not verdict.applied
+    assert (await http(system, "booking", "GET", "/_stats"))["reserve"]["requests"] == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_truncated_turn_resumes_and_completes(
+    system: LocalSystem, client: CallgateClient, api: str
+) -> None:
+    run_id = await submit(client, api, "truncated-once", TRAVEL)
+    view = await until(client, run_id, status("paused_incomplete"))
+    assert view["calls"] == [], "nothing from the truncated response was recorded"
+    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"))
+    assert code == 0, said
+    view = await until(client, run_id, status("completed"))
+    assert [c["state"] for c in view["calls"]] == ["succeeded"]
+    assert "G1234" in view["final_text"]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_run_handed_off_at_its_turn_budget_resumes_with_a_larger_one(
+    system: LocalSystem, client: CallgateClient, api: str
+) -> None:
+    run_id = await submit(client, api, "travel-parallel", TRAVEL, max_turns=1)
+    view = await until(client, run_id, status("handed_off"))
+    assert "turn budget" in (view.get("reason") or ""), view
+    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"),
+                               max_turns=1)
+    assert code == 1 and "no room" in said, said
+    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"),
+                               max_turns=2)
+    assert code == 0, said
+    await until(client, run_id, status("completed"))
+    run = await client.ledger.get_run(run_id)
+    assert run is not None and (run.max_turns, run.turn) == (2, 2)
+    ttl = await client.redis.ttl(client.keys.run(run_id))
+    assert ttl > 0, "completed again: its keys expire again"
