@@ -71,6 +71,14 @@ class Keys:
     def run_pending_approvals(self, run_id: str) -> str:
         return self.pending_approvals(self.partition(run_id))
 
+    def unresolved_calls(self, partition: int) -> str:
+        """Sorted set (by when) of ``"<run_id> <call_id>"`` whose write outcome a person must
+        resolve (the inbox)."""
+        return f"{self.tag(partition)}:calls:unresolved"
+
+    def run_unresolved_calls(self, run_id: str) -> str:
+        return self.unresolved_calls(self.partition(run_id))
+
     def deadlines(self, partition: int) -> str:
         """Sorted set of the partition's live run ids by ``deadline_ms`` (ingress's sweep)."""
         return f"{self.tag(partition)}:deadlines"

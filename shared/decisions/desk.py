@@ -31,6 +31,7 @@ from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger, redis_errors
 from callgate.records import CallRecord, Event, RunRecord
+from callgate.states import CallState
 from callgate.streams.commands import post
 
 __all__ = ["ApprovalDesk", "DecisionKind", "Outcome"]
@@ -77,6 +78,22 @@ class ApprovalDesk:
             if record is not None and record.state == "pending":
                 records.append(record)
         return records
+
+    async def unresolved(self, limit: int = 100) -> list[CallRecord]:
+        """Calls whose write outcome a person must resolve, of every partition, oldest first."""
+        refs: list[tuple[float, str, str]] = []
+        with redis_errors():
+            for partition in range(self.keys.partitions):
+                index = self.keys.unresolved_calls(partition)
+                for member, score in await self.redis.zrange(index, 0, limit - 1, withscores=True):
+                    run_id, _, call_id = _text(member).partition(" ")
+                    refs.append((score, run_id, call_id))
+        found = []
+        for _, run_id, call_id in sorted(refs)[:limit]:
+            call = await self.ledger.get_call(run_id, call_id)
+            if call is not None and call.state == CallState.UNRESOLVED:
+                found.append(call)
+        return found
 
     async def find(self, approval_id: str) -> ApprovalRecord | None:
         """The pending approval with this id, wherever its run lives (None if not pending)."""

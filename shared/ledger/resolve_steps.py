@@ -28,8 +28,10 @@ class ResolveSteps(LoopSteps):
     """Steps a person's resolution takes; `Ledger` mixes them in."""
 
     def _resolving(self, call: CallRecord, decider: Decider) -> Tx:
+        """The guards every resolution shares; the call leaves the inbox."""
         tx = Tx().expect(self.keys.call(call.run_id, call.call_id), "operation_id",
                          call.operation_id or "")
+        tx.zrem(self.keys.run_unresolved_calls(call.run_id), f"{call.run_id} {call.call_id}")
         return self.once(tx, call.run_id, decider.jti, call.call_id)
 
     def resolve_call(

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from callgate.clock import now_ms
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import (
     CallResult,
@@ -303,6 +304,8 @@ class LoopSteps(ApprovalSteps):
         pauses too and a person is notified.  Nothing is replayed."""
         tx = self.call_transition(Tx(), call.run_id, call.call_id, [CallState.RECONCILING],
                                   CallState.UNRESOLVED, fields={"reason": UNRESOLVED_REASON})
+        tx.zadd(self.keys.run_unresolved_calls(call.run_id),
+                {f"{call.run_id} {call.call_id}": now_ms()})
         if not pause:
             return tx
         operation = f"operation {call.operation_id}"

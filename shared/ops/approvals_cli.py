@@ -1,6 +1,7 @@
 """`callgate approvals` / `approve` / `deny`: the terminal's equivalent of the Slack buttons.
 
-    callgate approvals [--json]                          # what waits for a human
+    callgate approvals [--json]                          # approvals waiting for a human
+    callgate inbox [--json]                              # approvals and unresolved outcomes
     callgate approve APPROVAL_ID --as USER               # sign, post, report the verdict
     callgate deny APPROVAL_ID --as USER --reason TEXT
 
@@ -27,6 +28,7 @@ from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.decisions.desk import ApprovalDesk, DecisionKind
 from callgate.decisions.record import ApprovalRecord
+from callgate.records import CallRecord
 
 ARGUMENTS_SHOWN = 120
 
@@ -72,6 +74,34 @@ async def cmd_approvals(args: argparse.Namespace) -> int:
     return 0
 
 
+def describe_unresolved(call: CallRecord) -> str:
+    """One unresolved call as the lines a person resolves it from."""
+    return "\n".join([
+        f"unresolved {call.call_id}: {call.tool} (run {call.run_id})",
+        f"  operation id  {call.operation_id}",
+        f"  reason        {call.reason}",
+        f"  resolve with  callgate resolve {call.run_id} {call.call_id} "
+        "--applied|--not-applied|--recheck --as YOU",
+    ])
+
+
+async def cmd_inbox(args: argparse.Namespace) -> int:
+    """What waits for a person: pending approvals and unresolved write outcomes."""
+    async with CallgateClient(Settings()) as client:
+        approvals = await desk(client).pending(args.limit)
+        unresolved = await desk(client).unresolved(args.limit)
+    if args.json:
+        data = {"approvals": [as_json(r) for r in approvals],
+                "unresolved": [c.model_dump(mode="json") for c in unresolved]}
+        sys.stdout.write(orjson.dumps(data).decode() + "\n")
+    elif not approvals and not unresolved:
+        print("nothing waits for a person")
+    else:
+        print("\n\n".join([*(describe(r) for r in approvals),
+                            *(describe_unresolved(c) for c in unresolved)]))
+    return 0
+
+
 async def decide(
     client: CallgateClient,
     approval_id: str,
@@ -114,6 +144,11 @@ def add_command(sub: Any) -> None:
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--limit", type=int, default=100)
     listing.set_defaults(handler=cmd_approvals)
+    inbox = sub.add_parser("inbox", help="list what waits for a person: approvals and "
+                           "unresolved write outcomes")
+    inbox.add_argument("--json", action="store_true")
+    inbox.add_argument("--limit", type=int, default=100)
+    inbox.set_defaults(handler=cmd_inbox)
     for name, text in (("approve", "approve a pending call"), ("deny", "deny a pending call")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("approval_id")

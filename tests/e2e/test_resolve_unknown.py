@@ -119,9 +119,12 @@ async def test_applied_completes_with_the_confirmed_result_and_one_reservation(
     still = await client.ledger.get_call(call.run_id, call.call_id)
     assert still is not None and still.state == "unresolved"
 
+    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
+    assert call.call_id in [c.call_id for c in await desk.unresolved() if c.run_id == call.run_id]
     code, said = await resolve(client, call.run_id, call.call_id, "applied",
                                signer_of(settings, "carol"), result={"reservation_id": "r-ok"})
     assert code == 0, said
+    assert [c for c in await desk.unresolved() if c.run_id == call.run_id] == [], "inbox empty"
     view = await until(client, call.run_id, "completed")
     assert "r-ok" in view["final_text"], "the model was told the confirmed result"
     assert view["calls"][0]["reason"] == "applied, confirmed by carol"
