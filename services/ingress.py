@@ -7,7 +7,8 @@ expiry, the sweeps: `callgate.sweeps`).  Before anything exists the job's identi
 (`callgate.auth.admission`); then creating the run is the ledger's create-once step: the run
 record, its first history item, its deadline entry and ``TurnRequest(turn=1)`` on the turns
 stream land in one guarded atomic step, and a second start of the same run id is a no-op
-however it arrives (arq is at-least-once).
+however it arrives (arq is at-least-once) — if it is the same request: the record keeps a hash
+of the spec and verified identity, and a start that differs fails with `SpecConflictError`.
 
 ``python -m callgate.services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for
 up to ``shutdown_grace_s``, then stop (`callgate.streams.arq`).
@@ -33,10 +34,11 @@ from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.crashpoints import crash_point
 from callgate.decisions.expiry import EXPIRE_APPROVAL
-from callgate.errors import AuthError, CallgateError, RunSpecError
+from callgate.errors import AuthError, CallgateError, RunSpecError, SpecConflictError
 from callgate.jobs import START_RUN, StartJob, internal_queue_name, queue_name
 from callgate.logs import log_fields, setup_logging
 from callgate.providers import get_adapter
+from callgate.records import RunRecord
 from callgate.runspec import RunSpec, parse_spec, to_run_record
 from callgate.streams.arq import JOB_TIMEOUT_S, QueueSpec, serve
 from callgate.streams.service import Runtime, tune_gc
@@ -84,7 +86,8 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
 
     The run id is the spec's, else the arq job id (so a foreign client that only sets the job
     id still gets one run per job).  Returns ``{"run_id", "created"}``; ``created`` is False
-    when the run existed already.  A refused job creates nothing and fails with the reason.
+    when the run existed already (for the same spec and identity; else `SpecConflictError`).
+    A refused job creates nothing and fails with the reason.
     """
     rt: Runtime = ctx["runtime"]
     start = _start_job(job)
@@ -109,9 +112,25 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
         raise
     if result.ok:
         crash_point("ingress.after_create")
+    else:
+        await _same_request(rt, run)
     log.info("run started" if result.ok else "run exists already",
              extra=log_fields(run_id=run_id, api=run.api, model=run.model))
     return {"run_id": run_id, "created": result.ok}
+
+
+async def _same_request(rt: Runtime, run: RunRecord) -> None:
+    """A second start of an existing run id is harmless only if it is the same request: the
+    same spec for the same verified identity.  Anything else fails the job with
+    `SpecConflictError`, which the submitter's client reads from the job's result; the run it
+    would have replaced is untouched.  Only this rare path reads the record (its hash was
+    written by the create-once step itself, so it is there whenever the run is); a run created
+    before hashes were kept has none and is taken as the same."""
+    existing = await rt.ledger.get_run(run.run_id)
+    if existing is None or existing.spec_hash in (None, run.spec_hash):
+        return
+    log.warning("start job conflicts with the existing run", extra=log_fields(run_id=run.run_id))
+    raise SpecConflictError(run.run_id)
 
 
 # -- the worker ------------------------------------------------------------------------------

@@ -10,17 +10,25 @@ atomic step, so reading the last event id *before* the status can never miss a c
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from arq.constants import job_key_prefix
 from arq.jobs import Job
 
 from callgate.auth.deployment import signer_of
 from callgate.auth.tokens import Signer, sign_submission
 from callgate.config import Settings
 from callgate.connect import redis_client
-from callgate.errors import JobFailedError, NotFoundError
+from callgate.errors import (
+    CallgateError,
+    JobFailedError,
+    NotFoundError,
+    RunSpecError,
+    SpecConflictError,
+)
 from callgate.jobs import START_RUN, JobQueue, StartJob, job_deserializer, queue_name
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
@@ -30,6 +38,12 @@ from callgate.states import RUN_PAUSED, RUN_TERMINAL
 
 WAIT_BLOCK_MS = 1000
 """Longest single XREAD BLOCK; the status is re-read after each (covers lost connections)."""
+DEDUP_WAIT_S = 5.0
+"""How long `CallgateClient.submit` waits for an earlier job under the same run id to end, to
+tell whether it was the same request."""
+PENDING_POLL_MS = 50
+"""How often ``wait`` looks again while a start job for the run id is still to be run: its
+end writes no event to block on."""
 
 
 def settled(status: str) -> bool:
@@ -72,6 +86,17 @@ def run_view(run: RunRecord, calls: list[CallRecord]) -> dict[str, Any]:
     }
 
 
+def _same_spec(submitted: object, parsed: RunSpec) -> bool:
+    """Whether a spec someone submitted is ``parsed`` (compared as validated, so defaults
+    written out or left out agree)."""
+    if isinstance(submitted, dict):  # a foreign client may leave the run id to the job id
+        submitted = {"run_id": parsed.run_id, **submitted}
+    try:
+        return parse_spec(submitted) == parsed
+    except RunSpecError:
+        return False
+
+
 class CallgateClient:
     """A connection to one callgate deployment (its Redis and key prefix)."""
 
@@ -96,9 +121,11 @@ class CallgateClient:
 
         The job is signed with this service's key, vouching for the spec's identity; with
         ``identity_token`` (a JWT from an issuer the deployment trusts) the run acts for the
-        token's subject instead.  Submitting the same run id again is harmless: arq drops the
-        duplicate job while its result is kept, and the ledger's create-once guard covers the
-        rest.
+        token's subject instead.  Submitting the same run id again with the same spec is
+        harmless: arq drops the duplicate job while its result is kept, and the ledger's
+        create-once guard covers the rest.  A different spec under a taken run id raises
+        `SpecConflictError`, here when arq drops the job, else from `wait` once the ingress has
+        refused it.
         """
         parsed = with_run_id(parse_spec(spec if isinstance(spec, RunSpec) else dict(spec)))
         assert parsed.run_id is not None
@@ -109,8 +136,34 @@ class CallgateClient:
             token = sign_submission(self.signer(), run_id=parsed.run_id, spec=payload)
             job = StartJob(spec=payload, token=token)
         pool = await self._queue.pool()
-        await pool.enqueue_job(START_RUN, job.model_dump(exclude_none=True), _job_id=parsed.run_id)
+        queued = await pool.enqueue_job(START_RUN, job.model_dump(exclude_none=True),
+                                        _job_id=parsed.run_id)
+        if queued is None:
+            await self._same_as_queued(parsed)
         return parsed.run_id
+
+    async def _same_as_queued(self, parsed: RunSpec) -> None:
+        """arq dropped the job: one with this id is queued, running or has its result kept.
+        Ours never reaches the ingress, so a conflict is found here, from the kept result (the
+        one part of a job a submitter may read): a different spec under that id, or the same
+        one whose job failed as a conflict.  A job still to be run is waited for, briefly."""
+        assert parsed.run_id is not None
+        job = await self._job(parsed.run_id)
+        deadline = time.monotonic() + DEDUP_WAIT_S
+        info = await job.result_info()
+        while info is None and time.monotonic() < deadline and await self._job_pending(
+            parsed.run_id
+        ):
+            await asyncio.sleep(PENDING_POLL_MS / 1000)
+            info = await job.result_info()
+        if info is None:
+            return  # nothing kept to compare with: the ledger's create-once guard holds
+        their = info.args[0] if info.args else None
+        if not isinstance(their, dict) or not _same_spec(their.get("spec"), parsed):
+            raise SpecConflictError(parsed.run_id)
+        failure = await self._job_failure(parsed.run_id)
+        if isinstance(failure, SpecConflictError):
+            raise failure
 
     async def run(self, run_id: str) -> RunRecord | None:
         return await self.ledger.get_run(run_id)
@@ -137,22 +190,28 @@ class CallgateClient:
     async def wait(self, run_id: str, timeout_s: float) -> dict[str, Any]:
         """Block until the run is terminal or paused; return its status (`status`).
 
-        Raises `TimeoutError` after ``timeout_s``, `JobFailedError` if its start job failed.
+        Raises `TimeoutError` after ``timeout_s``, `JobFailedError` if its start job failed,
+        `SpecConflictError` if the run id was taken by another spec (then the status of that
+        other run is not returned: it is not the run this caller asked for).
         """
         deadline = time.monotonic() + timeout_s
         stream = self.keys.events(run_id)
         while True:
             last = await self._last_event_id(stream)
             run = await self.ledger.get_run(run_id)
-            if run is None:
-                await self._raise_if_job_failed(run_id)
-            elif settled(run.status):
+            failure = await self._job_failure(run_id)
+            if failure is not None and (run is None or isinstance(failure, SpecConflictError)):
+                raise failure
+            # A start job still to be run may yet conflict with the run this id names.
+            pending = run is not None and await self._job_pending(run_id)
+            if run is not None and settled(run.status) and not pending:
                 return run.model_dump(mode="json")
             left_ms = int((deadline - time.monotonic()) * 1000)
             if left_ms <= 0:
                 status = "not created" if run is None else run.status.value
                 raise TimeoutError(f"run {run_id} still {status} after {timeout_s}s")
-            await self.redis.xread({stream: last}, count=100, block=min(left_ms, WAIT_BLOCK_MS))
+            block_ms = PENDING_POLL_MS if pending else WAIT_BLOCK_MS
+            await self.redis.xread({stream: last}, count=100, block=min(left_ms, block_ms))
 
     async def _last_event_id(self, stream: str) -> str:
         entries = await self.redis.xrevrange(stream, count=1)
@@ -161,17 +220,33 @@ class CallgateClient:
         entry_id = entries[0][0]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
-    async def _raise_if_job_failed(self, run_id: str) -> None:
+    async def _job(self, run_id: str) -> Job:
         pool = await self._queue.pool()
-        job = Job(
-            run_id, pool, _queue_name=queue_name(self.settings), _deserializer=job_deserializer
-        )
-        info = await job.result_info()
-        if info is not None and not info.success:
-            detail = info.result
-            if isinstance(detail, dict):
-                detail = detail.get("message", detail)
-            raise JobFailedError(f"run {run_id} was not started: {detail}")
+        return Job(run_id, pool, _queue_name=queue_name(self.settings),
+                   _deserializer=job_deserializer)
+
+    async def _job_pending(self, run_id: str) -> bool:
+        """Whether a start job under ``run_id`` is queued or running: arq deletes its key when
+        it ends (and a submitter may check that key, not read the job)."""
+        return bool(await self.redis.exists(f"{job_key_prefix}{run_id}"))
+
+    async def _job_failure(self, run_id: str) -> CallgateError | None:
+        """Why the start job under ``run_id`` failed, from its kept result (JSON:
+        ``{"error": type, "message": text}``); None if it did not, or nothing is kept."""
+        info = await (await self._job(run_id)).result_info()
+        if info is None or info.success:
+            return None
+        detail = info.result
+        if isinstance(detail, dict):
+            if detail.get("error") == SpecConflictError.__name__:
+                return SpecConflictError(run_id, str(detail.get("message") or "") or None)
+            detail = detail.get("message", detail)
+        return JobFailedError(f"run {run_id} was not started: {detail}")
+
+    async def _raise_if_job_failed(self, run_id: str) -> None:
+        failure = await self._job_failure(run_id)
+        if failure is not None:
+            raise failure
 
     async def close(self) -> None:
         await self._queue.close()

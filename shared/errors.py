@@ -8,6 +8,7 @@ from the error alone::
     ├── TransitionError            a state change the state machine forbids
     ├── TxRejectedError            the ledger's script refused an op (a bug, never retried)
     ├── ConflictError              a compare-and-set lost ("already taken")
+    │   └── SpecConflictError      a run id submitted again with a different spec
     ├── NotFoundError              a run, call or approval that does not exist
     ├── RunSpecError               a run spec that does not validate; lists every problem
     ├── JobFailedError             the ``start_run`` job failed; no run exists
@@ -65,6 +66,19 @@ class ConflictError(CallgateError):
         super().__init__(f"{what}: already taken (found {actual!r})")
         self.what = what
         self.actual = actual
+
+
+class SpecConflictError(ConflictError):
+    """A run id submitted again with a different spec or for another identity.  Submitting is
+    idempotent only for the same request: a different one under a taken id is refused, and the
+    existing run is untouched.  Never retried: the same job would conflict again."""
+
+    def __init__(self, run_id: str, detail: str | None = None) -> None:
+        CallgateError.__init__(self, detail or f"run {run_id} exists with a different spec "
+                               "or identity; submit the new spec under a new run id")
+        self.what = f"run {run_id}"
+        self.actual = None
+        self.run_id = run_id
 
 
 class NotFoundError(CallgateError):

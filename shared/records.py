@@ -154,6 +154,9 @@ class RunRecord(_Record):
     """Who vouched for ``identity``: ``service:NAME`` (a signed submission) or ``issuer:ISS``."""
     allowed_tools: list[str] = Field(default_factory=list)
     """The registered tools this run may use, fixed when it is created."""
+    spec_hash: str | None = None
+    """Hash of the canonical spec and verified identity it was created from: a second start
+    of the run id is the same request only if it hashes the same (`callgate.runspec`)."""
     batch_policy: BatchPolicy = "hold_effects"
     approval_ttl_s: float | None = None
     """How long a pending approval of this run lives; None: the deployment's default."""

@@ -9,6 +9,7 @@ does not validate raises `RunSpecError` with one line per problem, and no record
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -17,6 +18,7 @@ from callgate.envelopes import new_id
 from callgate.errors import RunSpecError
 from callgate.records import Api, BatchPolicy, RunRecord
 from callgate.states import RunState
+from callgate.tools.canonical import args_hash
 
 _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -117,6 +119,13 @@ def with_run_id(spec: RunSpec) -> RunSpec:
     return spec.model_copy(update={"run_id": f"run-{new_id()}"})
 
 
+def spec_hash(spec: RunSpec, identity: Mapping[str, Any]) -> str:
+    """What makes two starts of one run id the same request: the spec as validated (so a
+    default left out and the same default written out agree) and the identity the deployment
+    verified for it (the same spec from someone else is a different request)."""
+    return args_hash({"spec": spec.model_dump(mode="json"), "identity": dict(identity)})
+
+
 def to_run_record(
     spec: RunSpec,
     now_ms: int,
@@ -144,6 +153,7 @@ def to_run_record(
         identity=identity,
         vouched_by=vouched_by,
         allowed_tools=allowed_tools,
+        spec_hash=spec_hash(spec, identity),
         batch_policy=spec.batch_policy,
         approval_ttl_s=spec.approval_ttl_s,
         acceptance=spec.acceptance,
