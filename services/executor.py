@@ -7,7 +7,7 @@ before anything runs: a message whose facts the ledger does not hold runs nothin
 redelivered message never starts a second execution while the first is alive.  A message
 redelivered because its executor died finds the call still ``executing``: a read is redone,
 an idempotent write is retried with the same operation id, and a write becomes ``unknown`` and
-goes to the reconciler — never replayed (DESIGN §8).  Just before dispatch an approved call's
+goes to the reconciler — never replayed (reconciler.py).  Just before dispatch an approved call's
 binding is checked against exactly what is sent.  A lost answer (timeout, dropped connection)
 fails a read with an explicit error and makes any write ``unknown``; any other exception from a
 tool fails a read with a ``tool_error`` result the model is told, and makes a write ``unknown``

@@ -5,7 +5,7 @@ For a call in ``unknown`` it asks the authoritative system, through the tool's
 request under the same operation id again — on a back-off schedule: one matching effect →
 ``succeeded`` with the confirmed result; none → ``failed`` ("not applied"); still unknown
 after the last check → ``unresolved``: the run pauses (``paused_unknown_outcome``) and a human
-is notified (DESIGN §8).
+is notified (README: Approvals and unknown outcomes).
 """
 
 from __future__ import annotations

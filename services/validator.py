@@ -1,4 +1,4 @@
-"""validator worker: decides every call of a turn before anything runs (DESIGN §1, §6, §7).
+"""validator worker: decides every call of a turn before anything runs (README: Security).
 
 The model only proposes.  For each call of the batch the policy checks allow-list, size,
 depth, schema, identity scope and preconditions; the verdicts, the run's next state, the

@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass
 
 STREAM_KINDS = ("turns", "validate", "exec", "results", "reconcile", "decisions")
-"""The hot-path streams, one per partition each (DESIGN §2)."""
+"""The hot-path streams, one per partition each (README: Architecture)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The ledger's records (DESIGN §3) and their mapping to and from one Redis hash each.
+"""The ledger's records and their mapping to and from one Redis hash each.
 
 Pure: no I/O.  Each field is one hash field, so a compare-and-set can read ``status`` or
 ``state`` directly and ``HINCRBY`` can add usage.  The codec is chosen from the field's type:

@@ -1,4 +1,4 @@
-"""Approval expiry as an arq deferred job (delayed work belongs to arq, DESIGN §2).
+"""Approval expiry as an arq deferred job (delayed work belongs to arq: README, Architecture).
 
 The validator schedules ``expire_approval`` for each pending approval's expiry time; the
 ingress worker runs it, which posts an `ApprovalExpired` message onto the approvals stream so

@@ -1,5 +1,5 @@
-"""Pending approvals (DESIGN §7): the record, and the pure rule that decides whether a
-person's verified decision may apply.
+"""Pending approvals (README: Approvals and unknown outcomes): the record, and the pure
+rule that decides whether a person's verified decision may apply.
 
 A decision applies only if it is for a live approval, from a person who holds the role (as
 the deployment's trust file says), for the same canonical arguments, not the requester's own,

@@ -38,7 +38,7 @@ class CallRef(Protocol):
 def _shown(fields: dict[str, Any]) -> dict[str, Any]:
     """What a call's event keeps of its fields: a result by its code only.  The record keeps
     the result; its payload is whatever the tool's system returned, and the event log holds
-    result codes (DESIGN §3)."""
+    result codes (`callgate.records`)."""
     result = fields.get("result")
     if result is None:
         return fields

@@ -1,5 +1,6 @@
-"""A person resolves a write whose outcome stayed unknown (DESIGN §8, §10): applied (with its
-result), not applied, or "ask the authoritative system again".  Nothing is ever replayed.
+"""A person resolves a write whose outcome stayed unknown (README: Approvals and unknown
+outcomes): applied (with its result), not applied, or "ask the authoritative system again".
+Nothing is ever replayed.
 
 Each is one guarded step: the call is still ``unresolved``, its operation id is the one the
 person was shown, and the signed decision (by its token id) was never applied before.  Applied

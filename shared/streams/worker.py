@@ -6,7 +6,7 @@ work finish for ``shutdown_grace_s`` and cancels the rest *without acking it*, s
 consumer reclaims it; calling `shutdown` twice is safe.  `run_burst` drains and returns, for
 tests and one-shot jobs.
 
-Delivery guarantees (DESIGN §2):
+Delivery guarantees (README: Architecture):
 
 * a message is XACKed only after its handler returned, i.e. after its effects are durable;
   handlers are idempotent, so any redelivery is harmless;

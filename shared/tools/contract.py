@@ -1,4 +1,4 @@
-"""The tool contract (DESIGN §6): what a tool declares, and the registry that holds them.
+"""The tool contract: what a tool declares (README: Build your own agent).
 
 A tool is plain data plus hooks: a frozen `Tool` built with its constructor.  The model sees
 only ``name``, ``description`` and the JSON schema of the argument model; everything that

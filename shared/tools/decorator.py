@@ -1,4 +1,4 @@
-"""A `Tool` from a typed ``async def`` (DESIGN §6), beside the `Tool(...)` constructor.
+"""A `Tool` from a typed ``async def``, beside the `Tool(...)` constructor.
 
     @tool(effect=Effect.READ)
     async def get_weather(ctx: ToolContext, city: str, date: IsoDate | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""Per-call validation outside the model (DESIGN §1): a pure function from request to decision.
+"""Per-call validation outside the model (README: Security), a pure function of a request.
 
 `decide` runs the checks in a fixed order and stops at the first failure, so every
 rejection has exactly one code:

@@ -1,6 +1,6 @@
 """The deployment's registry: every tool and acceptance validator a worker may run, by name.
 
-Authority comes from the deployment (DESIGN §1): the modules listed in
+Authority comes from the deployment (README: Security): the modules listed in
 ``CALLGATE_TOOL_MODULES`` (``callgate up --tools m1,m2``) are imported once, when a worker
 starts, and their ``TOOLS`` list (and optional ``ACCEPTANCE`` mapping of name → validator) is
 all a run can ever use.  A run spec or a stream message only *selects* among these by name;

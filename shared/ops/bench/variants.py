@@ -5,7 +5,7 @@
   transport earns.
 * ``throughput-aof``: a private Redis with the append-only file written and fsynced on every
   write (``appendfsync always``), the setting that makes a recorded intent survive a power
-  cut (DESIGN §13): what that durability costs.
+  cut (README: Performance): what that durability costs.
 """
 
 from __future__ import annotations

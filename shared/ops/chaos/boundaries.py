@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 EFFECTS = ("read", "idempotent_write", "write")
-"""The effect kinds of DESIGN §6, in the walk's order."""
+"""The effect kinds of `callgate.records.Effect`, in the walk's order."""
 _ALL = frozenset(EFFECTS)
 _WRITE = frozenset({"write"})
 

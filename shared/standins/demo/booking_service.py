@@ -3,7 +3,7 @@
     python -m callgate.standins.demo.booking_service --port 0 [--state FILE]   # "listening on http://…"
 
 It owns the truth about reservations, so recovery asks *it* whether a write happened
-(DESIGN §8).  Data: events ``ws-101`` (2 seats), ``ws-102`` (full: no seats) and ``ws-200``
+(the reconciler).  Data: events ``ws-101`` (2 seats), ``ws-102`` (full: no seats) and ``ws-200``
 (1000 seats, so many runs can reserve at once); participants ``p-alice`` and ``p-bob``
 (eligible for all) and ``p-carol`` (eligible for none).  With ``--state FILE``
 reservations and stats are written to FILE (atomically, before the answer is sent) and read

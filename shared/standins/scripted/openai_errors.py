@@ -1,7 +1,7 @@
 """OpenAI error bodies (`{"error": {message, type, param, code}}`), shared by Responses and Chat.
 
-Texts are the recorded ones (provider-fixtures/openai-*/error-*.json) where a recording exists;
-the 503 "overloaded" text is the one OpenAI users quote in issues.
+Texts are the recorded ones (tests/provider_fixtures/openai-*/error-*.json) where a recording
+exists; the 503 "overloaded" text is the one OpenAI users quote in issues.
 """
 
 from __future__ import annotations

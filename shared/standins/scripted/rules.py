@@ -1,7 +1,7 @@
 """The providers' own history rules for tool calls, with their exact 400 error texts (pure).
 
 Each `check_*` takes a request body and returns the first `Violation` in history order, or None.
-Rule ids and texts follow /work/shared/provider-fixtures/RULES.md:
+Rule ids and texts follow tests/provider_fixtures/RULES.md:
 
 * Responses R1 (call without output), R2 (output without call), R3 (reasoning item without its
   following item), R4 (duplicate item id), R5 (item id without its type's prefix). Choice made

@@ -1,6 +1,6 @@
 """Anthropic Messages (`POST /v1/messages`): a `Turn` as a Message body or an SSE event list.
 
-Shapes follow provider-fixtures/anthropic-messages: `event:` + `data:` frames; message_start
+Shapes follow tests/provider_fixtures/anthropic-messages: `event:` + `data:` frames; message_start
 (stop_reason null) → per block content_block_start / deltas / content_block_stop (index =
 position in `content`; a tool block's `input` starts `{}` and its first `partial_json` is "")
 → one `ping` after the first block start → message_delta (stop_reason, cumulative usage) →

@@ -1,7 +1,7 @@
 """OpenAI Chat Completions (`POST /v1/chat/completions`): a `Turn` as JSON or as SSE chunks.
 
-Shapes follow provider-fixtures/openai-chat: data-only frames; the first chunk carries the role;
-a tool call's `id`, `type` and `function.name` appear only in the first delta of its `index`,
+Shapes follow tests/provider_fixtures/openai-chat: data-only frames; the first chunk carries the
+role; a tool call's `id`, `type` and `function.name` appear only in the first delta of its `index`,
 later deltas carry `index` + `function.arguments`; an empty-delta chunk carries
 `finish_reason`; with `stream_options.include_usage` a `choices: []` chunk carries `usage`;
 then `data: [DONE]`. A mid-stream failure is a `data: {"error": {...}}` chunk (the SDK raises

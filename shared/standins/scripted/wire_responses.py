@@ -1,6 +1,6 @@
 """OpenAI Responses (`POST /v1/responses`): request checks, items and the JSON body.
 
-Shapes follow provider-fixtures/openai-responses (2025–2026 wire): `resp_`/`msg_`/`fc_` item
+Shapes follow tests/provider_fixtures/openai-responses (2025–2026 wire): `resp_`/`msg_`/`fc_` item
 ids, `call_` call ids, `usage.input_tokens_details.cache_write_tokens` (required by the 3.57
 types), request fields echoed in the envelope. `wire_responses_sse` builds the stream from the
 same item builders, so streamed and non-streamed answers agree.
