@@ -16,6 +16,7 @@ from callgate.config import Settings
 from callgate.errors import ToolError
 from callgate.runspec import RunSpec
 from callgate.tools.contract import Effect, Identity, Reconciliation, Tool, ToolContext
+from callgate.tools.decorator import tool
 
 __all__ = [
     "CallgateClient",
@@ -27,4 +28,5 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "tool",
 ]
