@@ -2,8 +2,9 @@
 
 arq carries what streams do not do well: the job other services enqueue (JSON, never pickle,
 see `callgate.jobs`), delayed work and periodic sweeps.  It serves two queues: the public one,
-where a submitter may enqueue ``start_run`` and nothing else, and the workers' own (approval
-expiry, the sweeps: `callgate.sweeps`).  Before anything exists the job's identity is verified
+where a submitter may enqueue ``start_run`` and ``reply_run`` (a follow-up input,
+`callgate.conversation`) and nothing else, and the workers' own (approval expiry, the sweeps:
+`callgate.sweeps`).  Before anything exists the job's identity is verified
 (`callgate.auth.admission`); then creating the run is the ledger's create-once step: the run
 record, its first history item, its deadline entry and ``TurnRequest(turn=1)`` on the turns
 stream land in one guarded atomic step, and a second start of the same run id is a no-op
@@ -32,10 +33,11 @@ from callgate import eventloop
 from callgate.auth.admission import admit
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.conversation import ENQUEUED_MAX_TRIES, reply_run
 from callgate.crashpoints import crash_point
 from callgate.decisions.expiry import EXPIRE_APPROVAL
 from callgate.errors import AuthError, CallgateError, RunSpecError, SpecConflictError
-from callgate.jobs import START_RUN, StartJob, internal_queue_name, queue_name
+from callgate.jobs import REPLY_RUN, START_RUN, StartJob, internal_queue_name, queue_name
 from callgate.logs import log_fields, setup_logging
 from callgate.providers import get_adapter
 from callgate.records import RunRecord
@@ -151,7 +153,10 @@ def queues(settings: Settings) -> list[QueueSpec]:
         for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals))
     ]
     return [
-        QueueSpec(queue_name(settings), [func(start_run, name=START_RUN)]),
+        QueueSpec(queue_name(settings), [
+            func(start_run, name=START_RUN),
+            func(reply_run, name=REPLY_RUN, max_tries=ENQUEUED_MAX_TRIES),
+        ]),
         QueueSpec(internal_queue_name(settings), [func(expire_approval, name=EXPIRE_APPROVAL)],
                   sweeps),
     ]

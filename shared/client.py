@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from arq.constants import job_key_prefix
 from arq.jobs import Job
@@ -22,6 +22,7 @@ from callgate.auth.deployment import signer_of
 from callgate.auth.tokens import Signer, sign_submission
 from callgate.config import Settings
 from callgate.connect import redis_client
+from callgate.envelopes import new_id
 from callgate.errors import (
     CallgateError,
     JobFailedError,
@@ -29,7 +30,15 @@ from callgate.errors import (
     RunSpecError,
     SpecConflictError,
 )
-from callgate.jobs import START_RUN, JobQueue, StartJob, job_deserializer, queue_name
+from callgate.jobs import (
+    REPLY_RUN,
+    START_RUN,
+    JobQueue,
+    ReplyJob,
+    StartJob,
+    job_deserializer,
+    queue_name,
+)
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.records import CallRecord, Event, RunRecord
@@ -242,6 +251,39 @@ class CallgateClient:
                 return SpecConflictError(run_id, str(detail.get("message") or "") or None)
             detail = detail.get("message", detail)
         return JobFailedError(f"run {run_id} was not started: {detail}")
+
+    async def reply(
+        self, run_id: str, text: str, *, policy: Literal["reject", "enqueue"] = "reject",
+        max_turns: int | None = None,
+    ) -> str:
+        """Send a follow-up input to a completed run, signed with this service's key; returns
+        the reply id (`reply_result` waits for its verdict).  ``policy`` says what happens if
+        the run is busy: refused, or admitted once when it next completes
+        (`callgate.conversation`)."""
+        reply_id = f"reply-{new_id()}"
+        fields: dict[str, Any] = {"run_id": run_id, "reply_id": reply_id, "input": text,
+                                  "policy": policy, "max_turns": max_turns}
+        unsigned = ReplyJob(**fields, token="unsigned")
+        token = sign_submission(self.signer(), run_id=run_id, spec=unsigned.signed_part())
+        job = ReplyJob(**fields, token=token)
+        pool = await self._queue.pool()
+        await pool.enqueue_job(REPLY_RUN, job.model_dump(exclude_none=True), _job_id=reply_id)
+        return reply_id
+
+    async def reply_result(self, reply_id: str, timeout_s: float) -> dict[str, Any]:
+        """The admitted reply's result; `JobFailedError` with the reason if it was refused,
+        `TimeoutError` if no verdict came within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = await (await self._job(reply_id)).result_info()
+            if info is not None:
+                if info.success and isinstance(info.result, dict):
+                    return info.result
+                detail = info.result.get("message") if isinstance(info.result, dict) else None
+                raise JobFailedError(f"reply {reply_id} was refused: {detail or info.result}")
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"reply {reply_id}: no verdict after {timeout_s}s")
+            await asyncio.sleep(0.1)
 
     async def _raise_if_job_failed(self, run_id: str) -> None:
         failure = await self._job_failure(run_id)

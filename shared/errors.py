@@ -8,7 +8,8 @@ from the error alone::
     ├── TransitionError            a state change the state machine forbids
     ├── TxRejectedError            the ledger's script refused an op (a bug, never retried)
     ├── ConflictError              a compare-and-set lost ("already taken")
-    │   └── SpecConflictError      a run id submitted again with a different spec
+    │   ├── SpecConflictError      a run id submitted again with a different spec
+    │   └── RunBusyError           a follow-up input for a run that has not completed
     ├── NotFoundError              a run, call or approval that does not exist
     ├── RunSpecError               a run spec that does not validate; lists every problem
     ├── JobFailedError             the ``start_run`` job failed; no run exists
@@ -79,6 +80,17 @@ class SpecConflictError(ConflictError):
         self.what = f"run {run_id}"
         self.actual = None
         self.run_id = run_id
+
+
+class RunBusyError(ConflictError):
+    """A follow-up input for a run that is not completed (its policy was ``reject``), or one
+    that moved on while the input was being admitted.  Nothing changed; send it again later,
+    or with the ``enqueue`` policy."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        CallgateError.__init__(self, detail)
+        self.what = f"run {run_id}"
+        self.actual = None
 
 
 class NotFoundError(CallgateError):

@@ -15,7 +15,7 @@ periodic sweeps) runs on a queue of their own (`internal_queue_name`).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from arq.connections import ArqRedis, RedisSettings, create_pool
@@ -42,6 +42,33 @@ class StartJob(BaseModel):
     identity_token: str | None = Field(default=None, max_length=16_384)
     """A JWT from an issuer the deployment trusts: the run acts for its subject, with the
     roles the deployment maps its claim to."""
+
+
+REPLY_RUN = "reply_run"
+"""The ingress job that continues a completed run with a follow-up input (job id = reply id)."""
+
+
+class ReplyJob(BaseModel):
+    """The one argument of a ``reply_run`` job: a follow-up input for a run, and who sends it
+    — a submitting service's signature over exactly this reply (`ReplyJob.signed_part`), which
+    the deployment must let act for the run's identity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    run_id: str = Field(min_length=1, max_length=128)
+    reply_id: str = Field(min_length=1, max_length=128)
+    """Unique per reply: it is admitted at most once, however often the job runs."""
+    input: str = Field(min_length=1, max_length=1_000_000)
+    policy: Literal["reject", "enqueue"] = "reject"
+    """While the run is busy: refuse the reply (a conflict), or wait and admit it when the run
+    next completes."""
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    """A larger turn budget for the conversation; default: the run's own."""
+    token: str = Field(min_length=1, max_length=16_384)
+
+    def signed_part(self) -> dict[str, Any]:
+        """What the token signs (with the run id): every field but the token."""
+        return self.model_dump(exclude={"token", "run_id"}, exclude_none=True)
 
 
 def queue_name(settings: Settings) -> str:

@@ -66,8 +66,10 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     R.PAUSED_UNKNOWN_OUTCOME: frozenset({R.EXECUTING, R.AWAITING_MODEL}) | _RUN_ENDS,
     R.PAUSED_INCOMPLETE: frozenset({R.AWAITING_MODEL}) | _RUN_ENDS,
     **{end: frozenset() for end in RUN_TERMINAL},
-    # A person may resume a run handed off at its budget, with the same or a larger one.
+    # A person may resume a run handed off at its budget, with the same or a larger one; a
+    # completed run takes a follow-up input as its next turn.
     R.HANDED_OFF: frozenset({R.AWAITING_MODEL}),
+    R.COMPLETED: frozenset({R.AWAITING_MODEL}),
 }
 
 CALL_TERMINAL = frozenset({C.REJECTED, C.DENIED, C.EXPIRED, C.SUCCEEDED, C.FAILED, C.CANCELLED})

@@ -1,6 +1,6 @@
 """A person cancels a run, or resumes one that paused incomplete or was handed off at its
-budget (DESIGN §10).  Each is one guarded step on the run as it was read, applied once per
-signed decision.
+budget; a completed run takes a follow-up input (DESIGN §10).  Each is one guarded step on the
+run as it was read, applied once per signed decision (or reply id).
 
 Cancel: no model turn starts after it; calls not yet started end ``cancelled`` (with that
 result), their pending approvals are withdrawn; a call in flight is never assumed cancelled —
@@ -71,14 +71,35 @@ class ControlSteps(ResolveSteps):
         self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
                             expect_turn=run.turn, fields=fields)
         if run.status == RunState.HANDED_OFF:
-            calls = await self.run_calls(run.run_id, run.turn)
-            approvals = [c.approval_id for c in calls if c.approval_id is not None]
-            for key in self.run_keys(run.run_id, [c.call_id for c in calls], run.turn,
-                                     approvals):
-                tx.persist(key)
+            await self._keep(tx, run)
         if deadline_ms is not None:
             tx.zadd(self.keys.deadlines(self.keys.partition(run.run_id)), {run.run_id: deadline_ms})
         self.event(tx, run.run_id, "run.resumed", person=decider.person,
                    signed_by=decider.signer, turn=turn, max_turns=max_turns, msg_id=msg_id)
         request = TurnRequest(run_id=run.run_id, turn=turn, reason="resume")
+        return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
+
+    async def _keep(self, tx: Tx, run: RunRecord) -> None:
+        """Stop the expiry an ended run's keys were given: it lives on."""
+        calls = await self.run_calls(run.run_id, run.turn)
+        approvals = [c.approval_id for c in calls if c.approval_id is not None]
+        for key in self.run_keys(run.run_id, [c.call_id for c in calls], run.turn, approvals):
+            tx.persist(key)
+
+    async def continue_run(
+        self, run: RunRecord, user_items: Sequence[bytes], *, reply_id: str, sender: str,
+        max_turns: int,
+    ) -> Tx:
+        """A completed ``run`` (as read) takes a follow-up input as its next turn, in the
+        provider's own history; guarded on the reply never admitted before."""
+        tx = self.once(Tx(), run.run_id, f"reply:{reply_id}", "reply")  # conversation.reply_key
+        self.run_transition(tx, run.run_id, [RunState.COMPLETED], RunState.AWAITING_MODEL,
+                            expect_turn=run.turn,
+                            fields={"turn": run.turn + 1, "max_turns": max_turns,
+                                    "final_text": None, "reason": f"follow-up from {sender}"})
+        tx.rpush(self.keys.history(run.run_id), *user_items)
+        await self._keep(tx, run)
+        self.event(tx, run.run_id, "run.reply", reply_id=reply_id, sender=sender,
+                   turn=run.turn + 1, input_items=len(user_items))
+        request = TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason="reply")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)

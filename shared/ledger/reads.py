@@ -117,6 +117,10 @@ class Reads(LedgerBase):
         raw = await self._cmd("hgetall", self.keys.run(run_id))
         return RunRecord.from_hash(raw) if raw else None
 
+    async def applied_once(self, run_id: str, once_id: str) -> bool:
+        """Whether a decision or reply with this id was applied to the run (`once`)."""
+        return await self._cmd("hget", self.keys.decisions_seen(run_id), once_id) is not None
+
     async def get_call(self, run_id: str, call_id: str) -> CallRecord | None:
         raw = await self._cmd("hgetall", self.keys.call(run_id, call_id))
         return CallRecord.from_hash(raw) if raw else None

@@ -31,6 +31,7 @@ from callgate.config import Settings
 from callgate.decisions.claims import ResolveOutcome
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import SignedDecision
+from callgate.errors import JobFailedError
 from callgate.ops.approvals_cli import person_signer
 from callgate.states import CallState
 
@@ -138,6 +139,26 @@ async def cmd_control(args: argparse.Namespace) -> int:
     return code
 
 
+async def cmd_reply(args: argparse.Namespace) -> int:
+    """A follow-up input for a completed run, signed with this machine's submitter key."""
+    async with CallgateClient(Settings()) as client:
+        reply_id = await client.reply(args.run_id, args.input, policy=args.policy,
+                                      max_turns=args.max_turns)
+        try:
+            result = await client.reply_result(reply_id, args.timeout)
+        except JobFailedError as exc:
+            print(f"callgate reply: {exc}", file=sys.stderr)
+            return EXIT_NOT_FOUND if "completed" in str(exc) or "no run" in str(exc) else 1
+        except TimeoutError:
+            print(f"callgate reply: queued as {reply_id}; no verdict within {args.timeout:g}s "
+                  "(is the ingress running? with --policy enqueue it waits for the run)",
+                  file=sys.stderr)
+            return EXIT_REFUSED
+    turn = result.get("turn")
+    print(f"reply admitted to {args.run_id}" + (f" as turn {turn}" if turn else " (already)"))
+    return 0
+
+
 def _person(cmd: Any, who: str) -> None:
     cmd.add_argument("--as", dest="person", required=True, help=f"who decides ({who})")
     cmd.add_argument("--key", type=Path,
@@ -146,6 +167,14 @@ def _person(cmd: Any, who: str) -> None:
 
 
 def add_command(sub: Any) -> None:
+    reply = sub.add_parser("reply", help="continue a completed run with a follow-up input")
+    reply.add_argument("run_id")
+    reply.add_argument("--input", required=True, help="the follow-up message")
+    reply.add_argument("--policy", choices=("reject", "enqueue"), default="reject",
+                       help="if the run is busy: refuse (default), or admit when it completes")
+    reply.add_argument("--max-turns", type=int, help="a larger turn budget for the run")
+    reply.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it")
+    reply.set_defaults(handler=cmd_reply)
     cancel = sub.add_parser("cancel", help="cancel a run (calls in flight settle truly)")
     cancel.add_argument("run_id")
     cancel.add_argument("--reason", help="why, kept in the run's trace")

@@ -42,8 +42,9 @@ DESIGN_CALL_EDGES = {
     (C.REQUESTED, C.CANCELLED), (C.NEEDS_APPROVAL, C.CANCELLED), (C.ALLOWED, C.CANCELLED),
     (C.APPROVED, C.CANCELLED),
 }  # fmt: skip
-RESUMABLE = {R.HANDED_OFF: frozenset({R.AWAITING_MODEL})}
-"""The one end a person may leave (DESIGN §10): resume with the same or a larger budget."""
+RESUMABLE = {R.HANDED_OFF: frozenset({R.AWAITING_MODEL}), R.COMPLETED: frozenset({R.AWAITING_MODEL})}
+"""The ends a run may leave (DESIGN §10): resumed with the same or a larger budget (handed
+off), or continued by a follow-up input (completed)."""
 
 MACHINES = [
     ("run", RunState, RUN_TRANSITIONS, RUN_TERMINAL, R.QUEUED, check_run),
