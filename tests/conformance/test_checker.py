@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -128,6 +129,27 @@ def test_calls_of_the_last_turn_are_not_due_back_to_the_model() -> None:
     assert check(case, "openai-chat", seen).pairing_ok
 
 
+def test_a_persons_action_must_be_taken_and_do_what_it_says() -> None:
+    """A cancel the runner never got to post, or one the model heard past; a resolution whose
+    confirmed result is not what the call holds."""
+    cancel = CASE["cancel-in-flight"]
+    seen = Observation("r", cancel.states, model_requests=2, model_requests_at_action=1)
+    problems = check(cancel, "openai-chat", seen).problems
+    assert "operator never got to cancel (at write in flight): the case did not exercise it" in (
+        problems
+    )
+    late = check(cancel, "openai-chat", dataclasses.replace(seen, acted="operator: cancelled r"))
+    assert "the model received 1 request(s) after the run was cancelled" in late.problems
+    resolved = CASE["resolved-by-person"]
+    path = resolved.calls[0].path
+    other = call("reserve_seat", "c1", ok({"reservation_id": "r-other"}), path)
+    seen = Observation("r", resolved.states, calls=(other,), acted="carol: resolved t1.0")
+    assert check(resolved, "openai-chat", seen).problems[-1] == (
+        'call 1 (reserve_seat): its result is {"reservation_id":"r-other"}, '
+        'not the {"reservation_id":"r-confirmed-by-carol"} carol confirmed'
+    )
+
+
 @pytest.mark.parametrize(
     ("api", "body"),
     [
@@ -160,7 +182,7 @@ def test_pairing_names_unknown_and_missing_call_ids() -> None:
 
 def test_select_and_unknown_cases() -> None:
     assert [c.id for c in select(("refusal", "one-call"))] == ["one-call", "refusal"]
-    assert len(select()) == 12
+    assert len(select()) == 14
     with pytest.raises(ValueError, match="unknown case nope"):
         select(("nope",))
 

@@ -1,4 +1,4 @@
-"""The whole conformance matrix, end to end, once: 12 cases × 3 protocols against real worker
+"""The whole conformance matrix, end to end, once: 14 cases × 3 protocols against real worker
 processes, real Redis, the demo services and the scripted model server through the official
 SDKs.  Then each kind of check is shown to bite: one thing of a real, passing observation is
 broken the way a faulty runtime would break it, and the cell must fail saying what differed.
@@ -48,7 +48,7 @@ def _broken(outcome: Outcome, **changes: Any) -> Cell:
 def test_the_matrix_has_every_case_on_every_protocol(
     matrix: dict[tuple[str, str], Outcome],
 ) -> None:
-    assert len(matrix) == 36
+    assert len(matrix) == 42
     assert set(matrix) == {(case.id, api) for case in CASES for api in APIS}
 
 
@@ -201,3 +201,38 @@ def test_a_recovery_without_a_crash_is_caught(matrix: dict[tuple[str, str], Outc
     assert not cell.passed
     assert "no executor was killed" in cell.detail
     assert "executor died while the write was in flight" in cell.detail
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_resolution_not_honoured_is_caught(
+    matrix: dict[tuple[str, str], Outcome], api: str
+) -> None:
+    """carol's confirmed result must be the call's result and what the model got; nothing may be
+    replayed once she has said the write happened."""
+    outcome = _outcome(matrix, "resolved-by-person", api)
+    [call] = outcome.observation.calls
+    assert call.result == {"status": "ok", "payload": {"reservation_id": "r-confirmed-by-carol"}}
+    invented = dataclasses.replace(call, result={"status": "ok", "payload": {"id": "r-9"}})
+    cell = _broken(outcome, calls=(invented,))
+    assert not cell.passed and not cell.pairing_ok
+    assert 'not the {"reservation_id":"r-confirmed-by-carol"} carol confirmed' in cell.detail
+    replayed = _broken(outcome, executions={**outcome.observation.executions, "reserve_seat": 2})
+    assert "executions of reserve_seat: expected 1, the service counted 2" in replayed.detail
+    unasked = _broken(outcome, states=(PAUSE, "completed"), acted=None)
+    assert "carol never got to resolve" in unasked.detail
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_cancel_that_loses_the_write_or_asks_the_model_again_is_caught(
+    matrix: dict[tuple[str, str], Outcome], api: str
+) -> None:
+    outcome = _outcome(matrix, "cancel-in-flight", api)
+    seen = outcome.observation
+    assert seen.model_requests == seen.model_requests_at_action == 1
+    next_turn = _broken(outcome, model_requests=seen.model_requests + 1)
+    assert not next_turn.passed
+    assert "the model received 1 request(s) after the run was cancelled" in next_turn.detail
+    [call] = seen.calls
+    assumed = dataclasses.replace(call, state="cancelled", path=(*call.path[:-1], "cancelled"))
+    cell = _broken(outcome, calls=(assumed,))
+    assert not cell.passed and "expected succeeded, got cancelled" in cell.detail

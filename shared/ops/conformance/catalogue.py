@@ -1,10 +1,11 @@
-"""The regression catalogue (DESIGN §11) as data: what each case runs and what must be seen.
+"""The regression catalogue (DESIGN §14) as data: what each case runs and what must be seen.
 
 A case names a scripted-model scenario (``shared/standins/scenarios/*.json``), the demo tools, the
-faults to arm for its run only, and what a correct runtime shows afterwards: the states the
-run settles in, how often the demo services saw each tool execute, how each call ended (and
-through which states), and how many reservations the booking service made.  Every case runs
-once per protocol; nothing here depends on the protocol.
+faults to arm for its run only, what a person does once the run gets somewhere (`Then`), and
+what a correct runtime shows afterwards: the states the run settles in, how often the demo
+services saw each tool execute, how each call ended (and through which states), and how many
+reservations the booking service made.  Every case runs once per protocol; nothing here
+depends on the protocol.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
+from callgate.decisions.claims import ResolveOutcome
 from callgate.records import Api
 
 APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
@@ -22,11 +24,18 @@ WORKSHOP = "callgate.standins.demo.workshop"
 APPROVER = "carol"
 """Who approves writes; the runner's system maps carol to the events-lead role."""
 PAUSE = "paused_approval"
+UNKNOWN_PAUSE = "paused_unknown_outcome"
+WRITE_IN_FLIGHT = "write in flight"
+"""A `Then.when` that is no run state: once approved, the write is ``executing`` and the booking
+service has its request (nothing settles there, so the driver watches for it)."""
 
 _ASKED = ("requested",)
 _READ = (*_ASKED, "allowed", "executing")
 _APPROVED = (*_ASKED, "needs_approval", "approved", "executing")
 _RECONCILED = (*_APPROVED, "unknown", "reconciling", "succeeded")
+_RESOLVED = (*_APPROVED, "unknown", "reconciling", "unresolved", "succeeded")
+CONFIRMED = MappingProxyType({"reservation_id": "r-confirmed-by-carol"})
+"""The result carol confirms for a lost reservation: what the model must then be told."""
 NO_READS = MappingProxyType({"get_train_status": 0, "get_weather": 0})
 
 
@@ -45,6 +54,24 @@ class CallExpectation:
 
 
 @dataclass(frozen=True)
+class Then:
+    """A person's signed decision the driver posts once the run reaches ``when``: the way out
+    of a pause (DESIGN §10) that a case exercises, beyond the approval every write gets."""
+
+    act: Literal["resolve", "cancel"]
+    when: str
+    """The run state it waits for (after approving, if that is the pause), or `WRITE_IN_FLIGHT`."""
+    by: str
+    """Who decides: a person of the system's keyring (carol: events-lead, so a resolver of
+    reserve_seat; operator: may cancel any run).  alice has no key there, on purpose: running
+    conformance adds no one to the machine's keyring."""
+    outcome: ResolveOutcome = "applied"
+    """``resolve``: what the person says happened to the write."""
+    result: Mapping[str, Any] | None = None
+    """``resolve`` applied: the result they confirm, which the model must receive as is."""
+
+
+@dataclass(frozen=True)
 class Case:
     """One row of the matrix."""
 
@@ -54,7 +81,7 @@ class Case:
     tools: str
     input: str
     states: tuple[str, ...]
-    """The states the run settles in, in order: a pause (the runner then acts), then the end."""
+    """The states the run settles in, in order: pauses (the runner acts on each), then the end."""
     executions: Mapping[str, int] = field(default_factory=dict)
     """Executions per tool as the demo services count them; a tool not named: none."""
     calls: tuple[CallExpectation, ...] = ()
@@ -69,17 +96,22 @@ class Case:
     crash: str | None = None
     """Worker kind to SIGKILL once the approved write is in flight."""
     identity: Mapping[str, Any] = field(default_factory=lambda: {"user": "alice"})
+    then: Then | None = None
+    """A person's action beyond approval; after a ``cancel`` the model must hear nothing more."""
 
     @property
     def pauses_for_approval(self) -> bool:
         return self.states[0] == PAUSE
 
 
-def _approved_reservation(case_id: str, title: str, call: CallExpectation, **kw: Any) -> Case:
+def _approved_reservation(
+    case_id: str, title: str, call: CallExpectation, states: tuple[str, ...] = (PAUSE, "completed"),
+    **kw: Any,
+) -> Case:
     """alice reserves a lab seat, carol approves, exactly one reservation must result."""
     return Case(
         case_id, title, "conf-reserve", WORKSHOP, "Book me into the open lab.",
-        (PAUSE, "completed"), {"reserve_seat": 1}, (call,), effects=1, **kw,
+        states, {"reserve_seat": 1}, (call,), effects=1, **kw,
     )  # fmt: skip
 
 
@@ -157,6 +189,27 @@ CASES: tuple[Case, ...] = (
     Case(
         "refusal", "model refusal", "refusal", TRAVEL, "Help me with something forbidden.",
         ("refused",), NO_READS,
+    ),
+    # Added since (DESIGN §14): the ways out of a pause that a person takes (§10).
+    _approved_reservation(
+        "resolved-by-person", "unknown outcome resolved by a person",
+        CallExpectation("reserve_seat", "succeeded", path=_RESOLVED,
+                        reason="applied, confirmed by carol"),
+        (PAUSE, UNKNOWN_PAUSE, "completed"),
+        # The answer is lost and every lookup is inconclusive: only a person can say.
+        booking_faults={"reserve": {"mode": "commit_then_drop", "count": 1},
+                        "lookup": {"mode": "lookup_unknown"}},
+        then=Then("resolve", UNKNOWN_PAUSE, "carol", "applied", CONFIRMED),
+    ),
+    _approved_reservation(
+        "cancel-in-flight", "cancel with a write in flight",
+        # Cancelling does not cancel the write: it ends as it truly did, answered late.
+        CallExpectation("reserve_seat", "succeeded", path=(*_APPROVED, "succeeded")),
+        (PAUSE, "cancelled"),
+        # Committed at once, answered 3 s later (within the tool's 5 s timeout).
+        booking_faults={"reserve": {"mode": "slow", "delay_s": 3, "commit": "before",
+                                    "count": 1}},
+        then=Then("cancel", WRITE_IN_FLIGHT, "operator"),
     ),
 )  # fmt: skip
 

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from callgate.ops.conformance.catalogue import CallExpectation, Case
 from callgate.ops.conformance.observation import Observation, ObservedCall
-from callgate.ops.conformance.pairing import pairing_problems, result_pairs
+from callgate.ops.conformance.pairing import pairing_problems, result_pairs, told
 
 ARROW = " → "
 
@@ -63,6 +65,7 @@ def check(case: Case, api: str, seen: Observation) -> Cell:
         *(f"pairing: {p}" for p in pairing),
         *_finish_order(case, seen),
         *_crash(case, seen),
+        *_then(case, seen),
     ]
     counted = {
         tool: seen.executions.get(tool, 0)
@@ -161,3 +164,25 @@ def _crash(case: Case, seen: Observation) -> list[str]:
     if case.crash is None or seen.crash is not None:
         return []
     return [f"no {case.crash} was killed: the case did not exercise recovery"]
+
+
+def _then(case: Case, seen: Observation) -> list[str]:
+    """The person's action was taken, and did what it says: after a cancel the model hears
+    nothing more; an applied resolution is what the model is told, word for word."""
+    then = case.then
+    if then is None:
+        return []
+    if seen.acted is None:
+        return [f"{then.by} never got to {then.act} (at {then.when}): the case did not exercise it"]
+    problems: list[str] = []
+    late = seen.model_requests - (seen.model_requests_at_action or 0)
+    if then.act == "cancel" and late > 0:
+        problems.append(f"the model received {late} request(s) after the run was cancelled")
+    if then.act == "resolve" and then.outcome == "applied" and then.result is not None:
+        want = orjson.dumps(dict(then.result), option=orjson.OPT_SORT_KEYS).decode()
+        for n, call in enumerate(seen.calls, start=1):
+            got = orjson.dumps(told(call.result), option=orjson.OPT_SORT_KEYS).decode()
+            if "unresolved" in call.path and got != want:
+                problems.append(f"call {n} ({call.tool}): its result is {got}, "
+                                f"not the {want} {then.by} confirmed")
+    return problems

@@ -1,13 +1,16 @@
-"""Drive one cell through a running system and observe it: submit, wait, approve, crash, look.
+"""Drive one cell through a running system and observe it: submit, wait, approve, act, crash,
+look.
 
 The runner acts only as a user or an operator would: it submits a run, waits for it to
-settle, posts an approval decision as the approver, and SIGKILLs a worker process.  What it
-then reads becomes an `Observation` for the pure checker.
+settle, posts an approval decision as the approver, posts the case's `Then` (a resolution or a
+cancel) as the person it names, and SIGKILLs a worker process.  What it then reads becomes an
+`Observation` for the pure checker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +21,10 @@ from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.errors import CallgateError, NotFoundError
-from callgate.ops.conformance.catalogue import APPROVER, PAUSE, Case
+from callgate.ops.conformance.catalogue import APPROVER, PAUSE, WRITE_IN_FLIGHT, Case, Then
 from callgate.ops.conformance.observation import Observation, ObservedCall
 from callgate.ops.conformance.probes import ProbeError, Probes
+from callgate.ops.control_cli import control, resolve
 from callgate.ops.system import LocalSystem
 from callgate.records import Event
 from callgate.states import CALL_TERMINAL
@@ -32,6 +36,10 @@ UNREACHABLE = (CallgateError, ProbeError, aiohttp.ClientError, RedisError, OSErr
 RESTART_TIMEOUT_S = 30.0
 VERDICT_TIMEOUT_S = 30.0
 MAX_TURNS = 4
+CALLS_SETTLE_S = 30.0
+"""How long a cancelled run's calls in flight may take to reach their true outcome."""
+LATE_TURN_S = 1.0
+"""After a cancel settles, how long a (wrong) next model turn is given to show up."""
 
 
 @dataclass
@@ -50,6 +58,9 @@ class Trace:
     states: list[str] = field(default_factory=list)
     at_pause: dict[str, int] | None = None
     crash: str | None = None
+    acted: str | None = None
+    asked_at_action: int | None = None
+    """Requests the model had received for the run once the person's action took effect."""
     error: str | None = None
 
 
@@ -91,13 +102,61 @@ async def run_cell(
 async def _drive(ctx: Context, case: Case, run_id: str, trace: Trace) -> None:
     status = await settle(ctx.client, run_id, leaving=None)
     trace.states.append(status)
-    while status == PAUSE and len(trace.states) < len(case.states):
-        trace.at_pause = await ctx.probes.executions(run_id)
-        await approve(ctx.client, run_id)
-        if case.crash is not None:
-            trace.crash = await kill_during_write(ctx, case.crash, run_id)
-        status = await settle(ctx.client, run_id, leaving=PAUSE)
+    while len(trace.states) < len(case.states) and (status == PAUSE or _due(case.then, status)):
+        if status == PAUSE:
+            trace.at_pause = await ctx.probes.executions(run_id)
+            await approve(ctx.client, run_id)
+            if case.crash is not None:
+                trace.crash = await kill_during_write(ctx, case.crash, run_id)
+        if case.then is not None and _due(case.then, status):
+            await take(ctx, case.then, run_id, trace)
+        status = await settle(ctx.client, run_id, leaving=status)
         trace.states.append(status)
+    if case.then is not None and case.then.act == "cancel":
+        await calls_settled(ctx.client, run_id)
+        await asyncio.sleep(LATE_TURN_S)
+
+
+def _due(then: Then | None, status: str) -> bool:
+    """Whether ``then`` is taken where the run settled (in flight: right after approving)."""
+    if then is None:
+        return False
+    return then.when == status or (then.when == WRITE_IN_FLIGHT and status == PAUSE)
+
+
+async def take(ctx: Context, then: Then, run_id: str, trace: Trace) -> None:
+    """Post ``then`` as its person, as `callgate resolve` / `cancel` do; a refusal is an error."""
+    signer = signer_of(ctx.client.settings, then.by)
+    if then.act == "cancel":
+        if then.when == WRITE_IN_FLIGHT:
+            await until_write_in_flight(ctx, run_id)
+        code, said = await control(ctx.client, run_id, "cancel", signer, VERDICT_TIMEOUT_S,
+                                   reason="conformance")
+    else:
+        view = await ctx.client.view(run_id)
+        waiting = [c["call_id"] for c in view["calls"] if c["state"] == "unresolved"]
+        if len(waiting) != 1:
+            raise CallgateError(f"{then.by} has {len(waiting)} unresolved call(s) to resolve")
+        result = None if then.result is None else dict(then.result)
+        code, said = await resolve(ctx.client, run_id, waiting[0], then.outcome, signer,
+                                   result=result, reason="conformance",
+                                   timeout_s=VERDICT_TIMEOUT_S)
+    if code != 0:
+        raise CallgateError(f"{then.by}'s {then.act} was not applied ({said})")
+    trace.acted = f"{then.by}: {said}"
+    trace.asked_at_action = len(await ctx.probes.model_requests(run_id))
+
+
+async def calls_settled(client: CallgateClient, run_id: str) -> None:
+    """Wait (bounded) until every call of the run is final: a write in flight when the run was
+    cancelled still ends as it truly did.  The checker says so if one never does."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(CALLS_SETTLE_S):
+            while True:
+                calls = (await client.view(run_id))["calls"]
+                if all(c["state"] in CALL_TERMINAL for c in calls):
+                    return
+                await asyncio.sleep(POLL_S)
 
 
 async def settle(client: CallgateClient, run_id: str, leaving: str | None) -> str:
@@ -134,8 +193,7 @@ async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER)
 
 async def kill_during_write(ctx: Context, kind: str, run_id: str) -> str:
     """SIGKILL the ``kind`` worker once the run's write is in flight; wait for its restart."""
-    while not await _write_in_flight(ctx, run_id):
-        await asyncio.sleep(POLL_S)
+    await until_write_in_flight(ctx, run_id)
     supervisor = ctx.system.supervisor
     name = ctx.system.workers[kind][0]
     pid = supervisor.pids().get(name)
@@ -149,11 +207,17 @@ async def kill_during_write(ctx: Context, kind: str, run_id: str) -> str:
     return f"SIGKILL {name} pid {pid} with the write in flight; restarted as pid {new_pid}"
 
 
-async def _write_in_flight(ctx: Context, run_id: str) -> bool:
-    """The call is ``executing`` and the booking service has received the request."""
-    calls = (await ctx.client.view(run_id))["calls"]
-    executing = any(c["state"] == "executing" for c in calls)
-    return executing and await ctx.probes.reserve_requests(run_id) > 0
+async def until_write_in_flight(ctx: Context, run_id: str) -> None:
+    """Until the call is ``executing`` and the booking service has received the request; an
+    error if the write finished first (the case's delay is too short to act in)."""
+    while True:
+        calls = (await ctx.client.view(run_id))["calls"]
+        if calls and all(c["state"] in CALL_TERMINAL for c in calls):
+            raise CallgateError("the write finished before it was seen in flight")
+        executing = any(c["state"] == "executing" for c in calls)
+        if executing and await ctx.probes.reserve_requests(run_id) > 0:
+            return
+        await asyncio.sleep(POLL_S)
 
 
 async def observe(ctx: Context, run_id: str, trace: Trace) -> Observation:
@@ -176,8 +240,11 @@ async def observe(ctx: Context, run_id: str, trace: Trace) -> Observation:
         effects=effects,
         calls=calls,
         last_request=bodies[-1] if bodies else None,
+        model_requests=len(bodies),
         finish_order=finish_order(view["calls"], events),
         crash=trace.crash,
+        acted=trace.acted,
+        model_requests_at_action=trace.asked_at_action,
         error=trace.error,
     )
 

@@ -55,9 +55,15 @@ class Observation:
     calls: tuple[ObservedCall, ...] = ()
     last_request: Mapping[str, Any] | None = None
     """The body of the last request the model received for this run (None: none logged)."""
+    model_requests: int = 0
+    """How many requests the model received for this run."""
     finish_order: tuple[str, ...] = ()
     """Tools in the order their calls reached a final state."""
     crash: str | None = None
     """What the runner killed, and whether it came back."""
+    acted: str | None = None
+    """The person's action (the case's `Then`) the runner took, and the verdict on it."""
+    model_requests_at_action: int | None = None
+    """``model_requests`` once that action had taken effect."""
     error: str | None = None
     """Why the runner could not drive the cell to its end (a timeout, a refused submit)."""
