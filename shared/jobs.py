@@ -1,12 +1,38 @@
 """The arq job contract shared by the ingress worker and every client that enqueues.
 
-Jobs are JSON (orjson), never pickle, so a service in any language can enqueue ``start_run``
-by writing arq's job itself: the value ``{"t": 1, "f": "start_run", "a": [job], "k": {},
-"et": enqueue_ms}`` under ``arq:job:<run_id>`` (with a TTL), and the run id into the sorted set
-``<prefix>:arq`` scored by the enqueue time in ms.  ``job`` is a `StartJob`: the run spec and
-who vouches for it — a submitting service's signature, or an identity provider's token; a job
-with neither creates no run.  A failed job's result holds ``{"error": type, "message": text}``
-instead of a pickled exception.
+Jobs are JSON (orjson), never pickle, so a service in any language can start a run by writing
+arq's job itself (`callgate.client.CallgateClient.submit` writes the same through arq;
+``tests/integration/test_raw_enqueue.py`` does it with redis-py and PyJWT alone):
+
+1. **Run id** — 1 to 128 characters matching ``^[A-Za-z0-9][A-Za-z0-9_.:-]*$``; it is the arq
+   job id and the spec's ``run_id``.
+2. **Spec** — a JSON object of `callgate.runspec.RunSpec` fields: ``run_id``, ``api``
+   (``openai-responses``, ``openai-chat`` or ``anthropic-messages``), ``model``, ``input``,
+   ``identity`` (``{"user": …, "roles": […]}``), optionally ``allowed_tools``, ``max_turns``,
+   ``instructions``, ``deadline_s``… (unknown fields are refused).
+3. **Digest** — lowercase hex SHA-256 of the spec's canonical JSON, over the ``spec`` object
+   exactly as it sits in the job: object keys sorted by code point at every level, no
+   whitespace (separators ``,`` and ``:``), UTF-8 with non-ASCII characters written as they are
+   (not ``\\u`` escapes), floats in their shortest round-trip form (integers are safest).  In
+   Python: ``json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)``;
+   here: `callgate.auth.tokens.spec_digest`.
+4. **Token** — a compact JWT signed ``EdDSA`` (Ed25519) with the submitter's private key (PEM
+   PKCS8; the local keyring's submitter is ``$CALLGATE_HOME/keys/local.pem``), header
+   ``{"alg": "EdDSA", "kid": NAME}`` where NAME is the submitter's entry in the trust file, and
+   claims ``{"sub": NAME, "run": RUN_ID, "spec": DIGEST, "typ": "callgate.submission",
+   "iat": NOW, "exp": NOW + TTL, "jti": RANDOM}`` (seconds; TTL at most one day, 300 usual).
+   The spec's ``identity`` must lie within the roles (and users) the trust file lets NAME grant.
+5. **Job value** — ``{"t": 1, "f": "start_run", "a": [{"spec": SPEC, "token": TOKEN}],
+   "k": {}, "et": ENQUEUE_MS}`` as JSON (`StartJob` is the one argument; an end user's
+   identity provider JWT goes in ``identity_token`` instead of ``token``).
+6. **Enqueue** — in one MULTI/EXEC, unless ``arq:job:RUN_ID`` or ``arq:result:RUN_ID`` exists
+   (then this run id was enqueued already; WATCH the first): ``SET arq:job:RUN_ID VALUE PX
+   86400000`` (arq's own TTL: a day) and ``ZADD PREFIX:arq ENQUEUE_MS RUN_ID``, where PREFIX is
+   the deployment's ``CALLGATE_KEY_PREFIX`` (default ``cg``; `queue_name`).
+
+A job with neither a token nor an identity token, a broken signature or a spec changed after
+signing creates no run.  The job's result (``arq:result:RUN_ID``) says how it went; a failed
+job's holds ``{"error": type, "message": text}`` instead of a pickled exception.
 
 Submitters may write only that public queue.  The workers' own delayed work (approval expiry,
 periodic sweeps) runs on a queue of their own (`internal_queue_name`).
