@@ -186,6 +186,33 @@ class Reads(LedgerBase):
         raw = await self._client(self.redis.zrevrange(index, 0, limit - 1))
         return [_text(v) for v in raw]
 
+    async def runs_since(
+        self, partition: int, since_ms: int, offset: int, count: int
+    ) -> list[tuple[str, int]]:
+        """A page of the partition's runs index, newest first: ``(run id, created_ms)`` of
+        runs created at or after ``since_ms``, skipping the ``offset`` newest."""
+        index = self.keys.runs_index(partition)
+        raw = await self._client(self.redis.zrevrangebyscore(
+            index, "+inf", since_ms, start=offset, num=count, withscores=True))
+        return [(_text(member), int(score)) for member, score in raw]
+
+    async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
+        """The runs asked for (None where a record is gone), in one round trip."""
+        if not run_ids:
+            return []
+        raws = await self._reads([("hgetall", self.keys.run(r)) for r in run_ids])
+        return [RunRecord.from_hash(raw) if raw else None for raw in raws]
+
+    async def dead_letters(
+        self, partition: int, count: int
+    ) -> list[tuple[str, dict[str, bytes]]]:
+        """The partition's newest dead letters, newest first: ``(entry id, fields)`` with the
+        fields the stream loop writes (stream, group, message_id, reason, delivery_count, d)."""
+        entries = await self._client(
+            self.redis.xrevrange(self.keys.dead_letter(partition), count=count))
+        return [(_text(entry_id), {_text(k): v for k, v in fields.items()})
+                for entry_id, fields in entries]
+
     async def run_call_ids(self, run_id: str, last_turn: int) -> list[str]:
         """Every call id of turns 1..``last_turn``, in turn and provider order (one round trip)."""
         keys = [self.keys.turn_calls(run_id, turn) for turn in range(1, last_turn + 1)]

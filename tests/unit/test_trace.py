@@ -64,3 +64,11 @@ def test_empty_log_and_partial_transitions() -> None:
     assert transition({"from": ["validating", "executing"], "to": "handed_off"}) == (
         "validating|executing→handed_off"
     )
+
+
+def test_clock_rows_start_with_wall_clock_time_and_full_cuts_nothing() -> None:
+    [row] = rows([event(1_700_000_000_250, "model.retry", reason="x" * 500)], clock=True,
+                 full=True)
+    assert row[0] == "2023-11-14T22:13:20.250Z" and row[1] == "+0.000s"
+    assert row[7] == "reason=" + "x" * 500
+    assert render(EVENTS, clock=True).splitlines()[0].split() == ["utc", *COLUMNS]
