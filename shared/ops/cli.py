@@ -1,14 +1,17 @@
 """`callgate …`: submit and inspect runs, start a deployment, run the demo.
 
-    callgate run --api openai-responses --model M --tools callgate.standins.demo.travel \\
-        --identity '{"user": "alice"}' --input "…" [--max-turns N] [--wait] [--json] [--timeout S]
-    callgate status RUN_ID | view RUN_ID | trace RUN_ID
+    callgate run --api openai-responses --model M --tools get_train_status,get_weather \\
+        --identity '{"user": "alice"}' --input "…" | --input-file PATH | --input - \\
+        [--max-turns N] [--wait] [--json] [--timeout S]   (every RunSpec field has a flag)
+    callgate status RUN_ID | view RUN_ID | trace RUN_ID | runs | dead-letters
     callgate up
     callgate demo travel|workshop [--api A] [--input TEXT] [--approve-as USER]
     callgate approvals | approve ID --as USER | deny ID --as USER --reason TEXT
 
-Machine-readable output (run ids, JSON) goes to stdout; progress and errors to stderr.  Exit
-codes: 0 done / completed, 1 the run ended otherwise or the command failed, 2 usage error.
+Machine-readable output (run ids, JSON) goes to stdout; progress and errors to stderr.  Every
+failure a person can fix ends as one ``callgate: …`` line and a code of the contract in
+`callgate.ops.exits` (0 completed, 1 failed / refused / handed off, 2 usage, 3 conflict or not
+found, 4 paused for a person, 5 Redis unreachable), which ``callgate --help`` prints.
 """
 
 from __future__ import annotations
@@ -18,22 +21,22 @@ import asyncio
 import importlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import orjson
 
 from callgate.client import CallgateClient
 from callgate.config import Settings
-from callgate.errors import CallgateError
+from callgate.ops import exits
+from callgate.ops.run_options import APIS, add_spec_options, spec_from_args, tools_problem
 from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.supervisor import prefix_sink
 from callgate.ops.system import LocalSystem, SystemSpec
-from callgate.ops.trace import render
-from callgate.records import Api
+from callgate.runspec import parse_spec
 
-APIS: tuple[Api, ...] = ("openai-responses", "openai-chat", "anthropic-messages")
 COMMAND_MODULES = (
+    "callgate.ops.inspect_cli",
     "callgate.ops.approvals_cli",
     "callgate.ops.keys_cli",
     "callgate.ops.control_cli",
@@ -50,43 +53,20 @@ def _dump(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
-
-
-def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The run spec `callgate run` submits."""
-    spec: dict[str, Any] = {
-        "api": args.api,
-        "model": args.model,
-        "input": args.input,
-        "identity": args.identity,
-        "allowed_tools": [t.strip() for t in args.tools.split(",") if t.strip()] or None,
-        "max_turns": args.max_turns,
-    }
-    optional = {"instructions": args.instructions, "run_id": args.run_id,
-                "deadline_s": args.deadline_s}
-    spec.update({k: v for k, v in optional.items() if v is not None})
-    return spec
-
-
-async def _with_client(action: Callable[[CallgateClient], Awaitable[int]]) -> int:
-    async with CallgateClient(Settings()) as client:
-        return await action(client)
-
-
 async def cmd_run(args: argparse.Namespace) -> int:
+    """Submit (and with ``--wait`` see through) one run; the spec is checked before Redis is."""
+    spec = parse_spec(spec_from_args(args))
+    settings = Settings()
+    problem = None if args.allow_no_tools else tools_problem(spec.allowed_tools, settings)
+    if problem is not None:
+        print(f"callgate: {problem}", file=sys.stderr)
+        return exits.USAGE
+
     async def act(client: CallgateClient) -> int:
-        run_id = await client.submit(spec_from_args(args))
+        run_id = await client.submit(spec)
         if not args.wait:
             _dump({"run_id": run_id}) if args.json else print(run_id)
-            return 0
+            return exits.OK
         await client.wait(run_id, args.timeout)
         view = await client.view(run_id)
         if args.json:
@@ -96,33 +76,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
             print(f"{run_id}: {view['status']}{reason}")
             if view["final_text"]:
                 print(view["final_text"])
-        return 0 if view["status"] == "completed" else 1
+        return exits.exit_for_status(view["status"])
 
-    return await _with_client(act)
-
-
-async def cmd_status(args: argparse.Namespace) -> int:
-    async def act(client: CallgateClient) -> int:
-        _dump(await client.status(args.run_id))
-        return 0
-
-    return await _with_client(act)
-
-
-async def cmd_view(args: argparse.Namespace) -> int:
-    async def act(client: CallgateClient) -> int:
-        _dump(await client.view(args.run_id))
-        return 0
-
-    return await _with_client(act)
-
-
-async def cmd_trace(args: argparse.Namespace) -> int:
-    async def act(client: CallgateClient) -> int:
-        print(render(await client.events(args.run_id)))
-        return 0
-
-    return await _with_client(act)
+    return await exits.with_client(act, settings)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -159,16 +115,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(options)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (and argparse's exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(exits.USAGE, f"{self.prog}: {exits.one_line(message)} "
+                  f"(see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="callgate", description=__doc__.split("\n")[0])
+    parser = Parser(prog="callgate", description=__doc__.split("\n")[0],
+                    epilog=exits.CONTRACT, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
-    for name, handler, text in (("status", cmd_status, "the run record as JSON"),
-                                ("view", cmd_view, "the run and its calls as JSON"),
-                                ("trace", cmd_trace, "the run's event log as a table")):
-        cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("run_id")
-        cmd.set_defaults(handler=handler)
     _add_up_and_demo(sub)
     for module in COMMAND_MODULES:
         try:
@@ -182,20 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="submit a run")
-    run.add_argument("--api", choices=APIS, required=True)
-    run.add_argument("--model", required=True)
-    run.add_argument("--tools", default="",
-                     help="the registered tools the run may use, comma-separated (default: all)")
-    run.add_argument("--identity", type=_json_object, required=True, help='e.g. {"user": "alice"}')
-    run.add_argument("--input", required=True)
-    run.add_argument("--instructions")
-    run.add_argument("--run-id")
-    run.add_argument("--max-turns", type=int, default=10)
-    run.add_argument("--deadline-s", type=float)
-    run.add_argument("--wait", action="store_true", help="wait until it ends or pauses")
+    run = sub.add_parser("run", help="submit a run", description="submit a run",
+                         epilog=exits.CONTRACT,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_spec_options(run)
+    run.add_argument("--wait", action="store_true", help="wait until it ends or pauses; the "
+                     "exit code says which (0 completed, 1 ended otherwise, 4 paused)")
     run.add_argument("--json", action="store_true", help="print JSON (the run view with --wait)")
-    run.add_argument("--timeout", type=float, default=120.0, help="seconds --wait may take")
+    run.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                     help="seconds --wait may take (default: 120)")
     run.set_defaults(handler=cmd_run)
 
 
@@ -215,22 +169,26 @@ def _add_up_and_demo(sub: Any) -> None:
     demo.add_argument("--approve-as", metavar="USER",
                       help="workshop: approve as USER instead of asking in the terminal")
     demo.add_argument("--model", help="default: the scripted scenario, or a real model")
-    demo.add_argument("--timeout", type=float, default=60.0)
+    demo.add_argument("--timeout", type=float, default=60.0, help="seconds the run may take")
     demo.add_argument("--verbose", action="store_true", help="stream every process's output")
     demo.set_defaults(handler=cmd_demo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a failure a person can fix is one line and a code of `exits.CONTRACT`."""
     args = build_parser().parse_args(argv)
     handler = args.handler
     try:
         result = handler(args)
         code = asyncio.run(result) if asyncio.iscoroutine(result) else result
-    except (CallgateError, TimeoutError) as exc:
-        print(f"callgate: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        failed = exits.failure(exc)
+        if failed is None:
+            raise  # a bug: its traceback is what a fix needs
+        print(f"callgate: {failed[0]}", file=sys.stderr)
+        return failed[1]
     assert isinstance(code, int)
     return code
 

@@ -42,18 +42,18 @@ def test_run_status_view_trace(
     run_id = orjson.loads(capsys.readouterr().out)["run_id"]
     _drain(settings)
 
-    assert main(["status", run_id]) == 0
+    assert main(["status", run_id, "--json"]) == 0
     status = orjson.loads(capsys.readouterr().out)
     assert (status["status"], status["max_turns"], status["api"]) == (
         "awaiting_model", 3, "anthropic-messages")
-    assert main(["view", run_id]) == 0
+    assert main(["view", run_id, "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out)["calls"] == []
     assert main(["trace", run_id]) == 0
     out = capsys.readouterr().out
     assert "run.created" in out and "→awaiting_model" in out
 
-    assert main(["status", "nope"]) == 1
-    assert "no run nope" in capsys.readouterr().err
+    assert main(["status", "nope"]) == 3
+    assert capsys.readouterr().err == "callgate: no run nope\n"
     with pytest.raises(SystemExit):
         main(["run", "--api", "openai-chat", "--model", "m", "--identity", "[]", "--input", "x"])
 
