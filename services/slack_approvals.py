@@ -5,8 +5,10 @@
 
 It posts every approval request from the notify streams to a Slack channel with Approve and
 Deny buttons, verifies each click (Slack's signature via Bolt, then the approver map and the
-role the approval record needs) and posts an `ApprovalDecision` to the run's approvals
-stream.  The validator alone decides whether a decision applies.  Configuration:
+role the approval record needs) and posts a signed decision to the run's decisions stream.
+An unknown write outcome is posted with Applied / Not applied / Recheck buttons, which post a
+signed resolution exactly as `callgate resolve` does.  The validator alone decides whether a
+decision applies.  Configuration:
 `callgate.slack.settings.SlackSettings` (CALLGATE_SLACK_*) and `callgate.config.Settings`.
 """
 

@@ -34,7 +34,7 @@ from callgate.records import CallRecord, Event, RunRecord
 from callgate.states import CallState
 from callgate.streams.commands import post
 
-__all__ = ["ApprovalDesk", "DecisionKind", "Outcome"]
+__all__ = ["ApprovalDesk", "DecisionKind", "Outcome", "last_event_id", "wait_outcome"]
 
 OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused",
                             "call.resolved", "resolve.refused", "run.cancelled", "run.resumed",
@@ -51,7 +51,7 @@ class Outcome:
 
     applied: bool
     event: str
-    """``approval.approved``, ``approval.denied`` or ``approval.refused``."""
+    """One of `OUTCOME_EVENTS` (``approval.approved``, ``call.resolved``, ``resolve.refused``…)."""
     reason: str | None = None
 
 
@@ -157,31 +157,44 @@ class ApprovalDesk:
 
     async def last_event_id(self, run_id: str) -> str:
         """Read this *before* posting, so `wait_outcome` cannot miss a fast validator."""
-        with redis_errors():
-            entries = await self.redis.xrevrange(self.keys.events(run_id), count=1)
-        return _text(entries[0][0]) if entries else "0-0"
+        return await last_event_id(self.redis, self.keys, run_id)
 
     async def wait_outcome(
         self, message: SignedDecision, after_id: str, timeout_s: float
     ) -> Outcome | None:
         """The validator's verdict on ``message``, or None if none came within ``timeout_s``."""
-        stream = self.keys.events(message.run_id)
-        deadline = time.monotonic() + timeout_s
-        cursor = after_id
-        while (left_s := deadline - time.monotonic()) > 0:
-            with redis_errors():
-                reply = await self.redis.xread(
-                    {stream: cursor}, count=100, block=max(1, int(left_s * 1000))
-                )
-            for _, entries in reply or []:
-                for entry_id, fields in entries:
-                    cursor = _text(entry_id)
-                    event = Event.from_entry(entry_id, fields)
-                    if event.type in OUTCOME_EVENTS and event.data.get("msg_id") == message.msg_id:
-                        reason = event.data.get("reason")
-                        return Outcome(
-                            applied=not event.type.endswith(".refused"),
-                            event=event.type,
-                            reason=None if reason is None else str(reason),
-                        )
-        return None
+        return await wait_outcome(self.redis, self.keys, message, after_id, timeout_s)
+
+
+async def last_event_id(redis: aioredis.Redis, keys: Keys, run_id: str) -> str:
+    """The run's newest event id: read *before* posting, so `wait_outcome` misses nothing.
+    (Free of the ledger, so the Slack bot, which may read only events, can use it.)"""
+    with redis_errors():
+        entries = await redis.xrevrange(keys.events(run_id), count=1)
+    return _text(entries[0][0]) if entries else "0-0"
+
+
+async def wait_outcome(
+    redis: aioredis.Redis, keys: Keys, message: SignedDecision, after_id: str, timeout_s: float
+) -> Outcome | None:
+    """The validator's verdict on ``message``, or None if none came within ``timeout_s``."""
+    stream = keys.events(message.run_id)
+    deadline = time.monotonic() + timeout_s
+    cursor = after_id
+    while (left_s := deadline - time.monotonic()) > 0:
+        with redis_errors():
+            reply = await redis.xread(
+                {stream: cursor}, count=100, block=max(1, int(left_s * 1000))
+            )
+        for _, entries in reply or []:
+            for entry_id, fields in entries:
+                cursor = _text(entry_id)
+                event = Event.from_entry(entry_id, fields)
+                if event.type in OUTCOME_EVENTS and event.data.get("msg_id") == message.msg_id:
+                    reason = event.data.get("reason")
+                    return Outcome(
+                        applied=not event.type.endswith(".refused"),
+                        event=event.type,
+                        reason=None if reason is None else str(reason),
+                    )
+    return None

@@ -31,12 +31,14 @@ from callgate.slack.clicks import ClickHandler
 from callgate.slack.messages import Notification
 from callgate.slack.notifications import notification_worker
 from callgate.slack.records import load_approval
+from callgate.slack.resolutions import ResolveHandler
 from callgate.slack.settings import SlackSettings
 
 log = logging.getLogger("callgate.slack")
 
 EVENTS_PATH = "/slack/events"
 ACTION_IDS = re.compile(f"^({messages.APPROVE_ACTION}|{messages.DENY_ACTION})$")
+RESOLVE_ACTION_IDS = re.compile(f"^({'|'.join(messages.RESOLVE_ACTIONS)})$")
 
 
 class SlackBot:
@@ -59,6 +61,9 @@ class SlackBot:
         signer = signer_of(settings, slack.key_id)
         self.clicks = ClickHandler(self.redis, self.keys, slack.approvers, signer,
                                    team_id=slack.team_id)
+        self.resolutions = ResolveHandler(self.redis, self.keys, slack.approvers, signer,
+                                          team_id=slack.team_id,
+                                          verdict_timeout_s=slack.verdict_timeout_s)
         self.bolt = self._build_bolt()
         self.consumer = notification_worker(
             self.redis, settings, self.post_notification, group=slack.group
@@ -82,7 +87,14 @@ class SlackBot:
             await ack()
             await self.clicks.handle(body, action, client)
 
+        async def on_resolve(
+            ack: AsyncAck, body: dict[str, Any], action: dict[str, Any], client: AsyncWebClient
+        ) -> None:
+            await ack()
+            await self.resolutions.handle(body, action, client)
+
         bolt.action(ACTION_IDS)(on_click)
+        bolt.action(RESOLVE_ACTION_IDS)(on_resolve)
         return bolt
 
     def web_app(self) -> web.Application:
@@ -121,6 +133,7 @@ class SlackBot:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
+        await self.resolutions.stop()
         if self._own_redis:
             self._own_redis = False
             await self.redis.aclose()

@@ -16,10 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import aiohttp
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
-from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.auth.tokens import Signer, sign_decision
@@ -29,13 +27,11 @@ from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.slack.messages import APPROVE_ACTION, ButtonValue, decided_blocks, outcome_text
 from callgate.slack.records import ApprovalView, MalformedRecordError, load_approval
+from callgate.slack.replies import Origin, tell, update
 from callgate.slack.settings import Approver
 from callgate.streams.commands import post
 
 log = logging.getLogger("callgate.slack.clicks")
-
-SLACK_ERRORS: tuple[type[Exception], ...] = (SlackApiError, aiohttp.ClientError, TimeoutError)
-"""A Slack Web API call failed (answered an error, or did not answer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +48,15 @@ class Click:
 
 
 def parse_click(body: Mapping[str, Any], action: Mapping[str, Any]) -> Click:
-    container = body.get("container") or {}
-    message = body.get("message") or {}
+    origin = Origin.of(body)
     return Click(
-        user_id=str((body.get("user") or {}).get("id", "")),
-        team_id=(body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id"),
+        user_id=origin.user_id,
+        team_id=origin.team_id,
         decision="approve" if action.get("action_id") == APPROVE_ACTION else "deny",
         value=ButtonValue.from_value(str(action.get("value", ""))),
-        channel_id=(body.get("channel") or {}).get("id") or container.get("channel_id"),
-        message_ts=container.get("message_ts") or message.get("ts"),
-        blocks=message.get("blocks"),
+        channel_id=origin.channel_id,
+        message_ts=origin.message_ts,
+        blocks=origin.blocks,
     )
 
 
@@ -151,32 +146,11 @@ class ClickHandler:
         return decision
 
     async def _mark_decided(self, client: AsyncWebClient, click: Click, outcome: str) -> None:
-        if not (click.channel_id and click.message_ts):
-            return
-        try:
-            await client.chat_update(
-                channel=click.channel_id, ts=click.message_ts, text=outcome,
-                blocks=decided_blocks(click.blocks, outcome, click.user_id),
-            )
-        except SLACK_ERRORS as exc:
-            # The decision is already durable; only the message is stale.
-            log.warning("chat.update failed", extra=log_fields(error=_slack_error(exc)))
+        await update(client, click.channel_id, click.message_ts, outcome,
+                     decided_blocks(click.blocks, outcome, click.user_id))
 
     async def _refuse(self, client: AsyncWebClient, click: Click, reason: str) -> None:
         log.warning("click refused", extra=log_fields(
             slack_user=click.user_id, reason=reason,
             approval_id=click.value.approval_id if click.value else None))
-        if not (click.channel_id and click.user_id):
-            return
-        try:
-            await client.chat_postEphemeral(
-                channel=click.channel_id, user=click.user_id, text=f"Not recorded: {reason}")
-        except SLACK_ERRORS as exc:
-            log.warning("chat.postEphemeral failed", extra=log_fields(error=_slack_error(exc)))
-
-
-def _slack_error(exc: Exception) -> str:
-    """Slack's error code (never the request, which holds the token in its headers)."""
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error"))
-    return type(exc).__name__
+        await tell(client, click.channel_id, click.user_id, f"Not recorded: {reason}")

@@ -3,7 +3,9 @@
 The Approve/Deny buttons carry the ids of the approval they decide in their ``value``
 (Slack echoes it back, signed, in the click), so a click never depends on bot memory.  The
 role a click needs is *not* taken from the button: the bot reads it from the approval
-record, which only the validator writes.
+record, which only the validator writes.  The Applied / Not applied / Recheck buttons of an
+unknown outcome carry the call and the operation id the person was shown (`ResolveValue`); a
+resolution is bound to that operation id, and the validator decides who may resolve.
 
 Every value that is not a constant of ours (tool names, arguments, reasons, ids, who asked) is
 model- or user-chosen, so it reaches Slack escaped (``&``, ``<``, ``>``): otherwise a value such
@@ -22,12 +24,20 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from callgate.decisions.claims import ResolveOutcome
 from callgate.envelopes import ApprovalRequested, OutcomeUnknown
 from callgate.redact import redact
 
 APPROVE_ACTION = "callgate_approve"
 DENY_ACTION = "callgate_deny"
 ACTIONS_BLOCK = "callgate_approval"
+RESOLVE_ACTIONS: dict[str, ResolveOutcome] = {
+    "callgate_resolve_applied": "applied",
+    "callgate_resolve_not_applied": "not_applied",
+    "callgate_resolve_recheck": "recheck",
+}
+"""Action id of each button on an unknown-outcome message → the resolution it posts."""
+RESOLVE_BLOCK = "callgate_resolve"
 MAX_ARGS_CHARS = 2500
 """Slack caps a section's text at 3,000 characters; the arguments are cut before that."""
 MAX_INLINE_CHARS = 200
@@ -54,6 +64,8 @@ class Notification(BaseModel):
     requested_by: str | None = None
     """Optional: when absent the bot reads ``requested_by`` from the approval record."""
     detail: str | None = None
+    operation_id: str | None = Field(default=None, max_length=256)
+    """The unknown write's operation id: what a resolution is bound to."""
 
     @classmethod
     def of(cls, message: ApprovalRequested | OutcomeUnknown) -> Notification:
@@ -65,7 +77,8 @@ class Notification(BaseModel):
                        arguments=message.arguments, approver_role=message.approver_role,
                        expires_ms=message.expires_ms, requested_by=message.requested_by)
         return cls(type="unknown_outcome", run_id=message.run_id, turn=message.turn,
-                   call_id=message.call_id, tool=message.tool, detail=message.detail)
+                   call_id=message.call_id, tool=message.tool, detail=message.detail,
+                   operation_id=message.operation_id)
 
     @model_validator(mode="after")
     def _approval_ids(self) -> Notification:
@@ -91,6 +104,29 @@ class ButtonValue(BaseModel):
 
     @classmethod
     def from_value(cls, value: str) -> ButtonValue | None:
+        """The parsed value, or None when it is not one of ours."""
+        try:
+            return cls.model_validate(orjson.loads(value))
+        except (orjson.JSONDecodeError, ValidationError):
+            return None
+
+
+class ResolveValue(BaseModel):
+    """What an Applied / Not applied / Recheck button carries (the outcome is its action id):
+    the call and the operation id the person was shown, which the resolution is bound to.
+    At most ~530 characters of JSON, well under Slack's 2,000."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=128)
+    call_id: str = Field(min_length=1, max_length=128)
+    op: str = Field(min_length=1, max_length=256)
+
+    def to_value(self) -> str:
+        return orjson.dumps(self.model_dump()).decode()
+
+    @classmethod
+    def from_value(cls, value: str) -> ResolveValue | None:
         """The parsed value, or None when it is not one of ours."""
         try:
             return cls.model_validate(orjson.loads(value))
@@ -160,14 +196,28 @@ def _context(text: str) -> dict[str, Any]:
     return {"type": "context", "elements": [_mrkdwn(text)]}
 
 
-def _button(action_id: str, label: str, style: str, value: str) -> dict[str, Any]:
-    return {
+def _plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text, "emoji": False}
+
+
+def _button(
+    action_id: str, label: str, style: str | None, value: str,
+    confirm: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """A button; ``confirm`` (title, text: constants of ours) asks "are you sure?" first."""
+    button: dict[str, Any] = {
         "type": "button",
         "action_id": action_id,
         "text": {"type": "plain_text", "text": label},
-        "style": style,
         "value": value,
     }
+    if style is not None:
+        button["style"] = style
+    if confirm is not None:
+        title, text = confirm
+        button["confirm"] = {"title": _plain(title), "text": _plain(text),
+                             "confirm": _plain("Yes, record it"), "deny": _plain("Cancel")}
+    return button
 
 
 def approval_text(note: Notification) -> str:
@@ -216,6 +266,10 @@ def outcome_text(decision: Literal["approve", "deny"], user: str, reason: str | 
         f"denied by {who}")
 
 
+def _without_buttons(original: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    return [b for b in original or [] if b.get("type") != "actions"]
+
+
 def decided_blocks(
     original: list[dict[str, Any]] | None, outcome: str, slack_user_id: str
 ) -> list[dict[str, Any]]:
@@ -223,10 +277,9 @@ def decided_blocks(
 
     ``outcome`` is `outcome_text`'s, already escaped; the Slack user id came in Slack's signed
     click and is escaped all the same."""
-    kept = [b for b in original or [] if b.get("type") != "actions"]
     icon = ":white_check_mark:" if outcome.startswith("approved") else ":no_entry:"
     return [
-        *kept,
+        *_without_buttons(original),
         _section(f"{icon} *{outcome}* (<@{escape(slack_user_id)}>)"),
         _context("Decision sent to callgate, which applies it only if the approval is still live."),
     ]
@@ -237,15 +290,74 @@ def unknown_outcome_text(note: Notification) -> str:
             f"run {_inline(note.run_id, '-')})")
 
 
+APPLIED_CONFIRM = (
+    "Record: applied?",
+    "Only if the target system shows the write took effect. Slack carries no result: the model "
+    "is told it succeeded with an empty result. To give it the real result, use `callgate "
+    "resolve --applied --result …` instead.",
+)
+NOT_APPLIED_CONFIRM = (
+    "Record: not applied?",
+    "Only if the target system shows the write did not happen. The model is told so; callgate "
+    "never retries it.",
+)
+
+
 def unknown_outcome_blocks(note: Notification) -> list[dict[str, Any]]:
-    """No buttons: the reconciler, not a human click, resolves an unknown outcome."""
+    """What is unknown, and three buttons that resolve it as `callgate resolve` does (when
+    the notification names the call's operation id, which a resolution is bound to)."""
     lines = [
         ":warning: *write outcome unknown; run paused*",
         f"*Tool:* {_code(note.tool, 'unknown')}",
         f"*Run / call:* {_code(note.run_id, '-')} / {_code(note.call_id, '-')}",
+        f"*Operation:* {_code(note.operation_id, '-')}",
     ]
     blocks = [_section("\n".join(lines))]
     if note.detail:
         blocks += [_section("*Detail:*"),
                    _plain_section(_escaped_prefix(note.detail, MAX_DETAIL_CHARS))]
+    if not (note.call_id and note.operation_id):
+        return blocks
+    value = ResolveValue(run_id=note.run_id, call_id=note.call_id, op=note.operation_id)
+    applied, not_applied, recheck = RESOLVE_ACTIONS
+    blocks += [
+        _context("Check the target system, then say what happened; recheck asks it again."),
+        {"type": "actions", "block_id": RESOLVE_BLOCK, "elements": [
+            _button(applied, "Applied", "primary", value.to_value(), APPLIED_CONFIRM),
+            _button(not_applied, "Not applied", "danger", value.to_value(), NOT_APPLIED_CONFIRM),
+            _button(recheck, "Recheck", None, value.to_value()),
+        ]},
+    ]
     return blocks
+
+
+RESOLVED_SAID: dict[ResolveOutcome, tuple[str, str]] = {
+    "applied": ("applied, confirmed by", "callgate told the model it succeeded (empty result)."),
+    "not_applied": ("not applied, confirmed by", "callgate told the model it did not happen."),
+    "recheck": ("recheck asked by", "callgate asks the target system again; if it still "
+                "cannot tell, resolve it here once more."),
+}
+
+
+def resolved_text(outcome: ResolveOutcome, person: str) -> str:
+    """The verdict line, already escaped: the update's fallback text and a mrkdwn line."""
+    return f"{RESOLVED_SAID[outcome][0]} {_inline(person, 'unknown')}"
+
+
+def resolved_blocks(
+    original: list[dict[str, Any]] | None, outcome: ResolveOutcome, person: str,
+    slack_user_id: str,
+) -> list[dict[str, Any]]:
+    """The unknown-outcome message once callgate applied a click's resolution.  Applied / not
+    applied: no buttons.  Recheck: the buttons stay, above them who asked, because the target
+    system may still not tell (the call is then unresolved again, without a new message)."""
+    icon = ":arrows_counterclockwise:" if outcome == "recheck" else ":white_check_mark:"
+    said = [
+        _section(f"{icon} *{resolved_text(outcome, person)}* (<@{escape(slack_user_id)}>)"),
+        _context(RESOLVED_SAID[outcome][1]),
+    ]
+    if outcome != "recheck":
+        return [*_without_buttons(original), *said]
+    blocks = list(original or [])
+    at = next((i for i, b in enumerate(blocks) if b.get("type") == "actions"), len(blocks))
+    return [*blocks[:at], *said, *blocks[at:]]

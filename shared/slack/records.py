@@ -1,8 +1,10 @@
-"""The bot's read-only view of a pending approval record (hash ``keys.approval``).
+"""The bot's read-only views of a pending approval record (hash ``keys.approval``) and of a
+call record (hash ``keys.call``).
 
-The validator owns the record and is the authority on whether a decision applies; the bot
-reads it only to know which role a click needs, whether it is still worth posting, and the
-turn the decision envelope must name.  Unknown fields are ignored, so the record can grow.
+The validator owns the records and is the authority on whether a decision applies; the bot
+reads them only to know which role a click needs, whether it is still worth posting, whether a
+call still waits for a person, and the turn the decision envelope must name.  Unknown fields
+are ignored, so the records can grow.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from callgate.keys import Keys
+from callgate.records import CallRecord
 
 
 class ApprovalView(BaseModel):
@@ -55,4 +58,17 @@ async def load_approval(
     try:
         return ApprovalView.model_validate(data)
     except ValidationError as exc:
+        raise MalformedRecordError(str(exc)) from exc
+
+
+async def load_call(
+    redis: aioredis.Redis, keys: Keys, run_id: str, call_id: str
+) -> CallRecord | None:
+    """The call record, or None when there is none."""
+    raw: dict[Any, Any] = await redis.hgetall(keys.call(run_id, call_id))  # type: ignore[misc]
+    if not raw:
+        return None
+    try:
+        return CallRecord.from_hash(raw)
+    except ValueError as exc:  # pydantic's ValidationError is one too
         raise MalformedRecordError(str(exc)) from exc

@@ -19,7 +19,8 @@ class Approver(BaseModel):
     user: str = Field(min_length=1, max_length=256)
     """callgate user name recorded as the decision's ``approver`` (e.g. ``carol``)."""
     roles: frozenset[str] = frozenset()
-    """Approver roles (an approval request names the one it needs)."""
+    """Approver roles (an approval request names the one it needs; who may resolve an unknown
+    outcome is checked by the validator against the trust file)."""
 
 
 class SlackSettings(BaseSettings):
@@ -49,6 +50,11 @@ class SlackSettings(BaseSettings):
         "for the people the approvers map names); HOME/keys/<key_id>.pem.",
     )
     api_timeout_s: int = Field(default=10, ge=1, description="Per Slack Web API request.")
+    verdict_timeout_s: float = Field(
+        default=30.0, gt=0, le=600,
+        description="How long the bot watches a run's events for callgate's verdict on a "
+        "resolution clicked in Slack, to show it.",
+    )
 
     def check(self) -> None:
         """Raise ValueError naming every setting the bot cannot run without."""

@@ -219,9 +219,15 @@ async def test_slack_consumes_notifications_and_writes_only_decisions_and_dead_l
         command_refused(slack, "HSET", KEYS.run("run-slack-acl"), "status", "cancelled")
         # Its Lua (heartbeat, dead letters) may run, on no key but its own.
         key_refused(slack, "EVALSHA", APPLY_SHA, 1, KEYS.run("run-slack-acl"), "{}")
-        # It reads approval records, nothing else (no runs, calls, history).
+        # It reads approval and call records and event logs (a resolution's verdict), nothing
+        # else (no runs, history), and writes none of them.
         assert slack.hgetall(KEYS.approval("run-slack-acl", "appr-1")) == {}
+        assert slack.hgetall(KEYS.call("run-slack-acl", "t1.0")) == {}
+        assert slack.xrevrange(KEYS.events("run-slack-acl"), count=1) == []
+        assert slack.xread({KEYS.events("run-slack-acl"): "0-0"}, block=1) == []
         key_refused(slack, "HGETALL", KEYS.run("run-slack-acl"))
+        key_refused(slack, "XREVRANGE", KEYS.stream("exec", 0), "+", "-")
+        key_refused(slack, "XADD", KEYS.events("run-slack-acl"), "*", "type", "call.resolved")
 
 
 def test_nobody_gets_in_without_a_user_and_its_password(locked: LockedRedis) -> None:

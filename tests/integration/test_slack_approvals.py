@@ -36,7 +36,7 @@ from callgate.envelopes import (
 )
 from callgate.keys import Keys
 from callgate.slack.bot import EVENTS_PATH, SlackBot
-from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
+from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, RESOLVE_ACTIONS, ButtonValue
 from callgate.slack.settings import Approver, SlackSettings
 from callgate.standins.fake_slack import FakeSlack
 from tests import slack_clicks
@@ -246,16 +246,18 @@ async def test_refused_click_posts_nothing_to_the_stream(
         assert spec["said"] in told["args"]["text"]
 
 
-async def test_unknown_outcome_is_posted_without_buttons(
+async def test_unknown_outcome_is_posted_with_resolve_buttons(
     bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
+    """Its clicks: tests/integration/test_slack_resolutions.py."""
     app, _ = bot
     await notify(redis, app.keys, type="unknown_outcome",
                  detail="POST /bookings timed out after 10 s")
     assert await app.consumer.run_burst() == 1
     (call,) = fake.calls_of("chat.postMessage")
     assert "write outcome unknown; run paused" in call["args"]["text"]
-    assert all(b["type"] != "actions" for b in call["args"]["blocks"])
+    (actions,) = [b for b in call["args"]["blocks"] if b["type"] == "actions"]
+    assert [b["action_id"] for b in actions["elements"]] == list(RESOLVE_ACTIONS)
     assert "timed out" in orjson.dumps(call["args"]["blocks"]).decode()
 
 
