@@ -9,13 +9,14 @@ for are checked by `verify_decision`; the person's roles come from the trust fil
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from callgate.errors import AuthError
 
 DecisionKind = Literal["approve", "deny"]
+C = TypeVar("C", bound=BaseModel)
 
 
 class ApprovalClaims(BaseModel):
@@ -45,12 +46,16 @@ def approval_claims(
     return claims.model_dump(exclude_none=True)
 
 
-def read_approval_claims(claims: dict[str, object]) -> ApprovalClaims:
-    """The verified token's claims as an approval decision; `AuthError` if they are not one."""
+def read_claims(model: type[C], claims: dict[str, object], what: str) -> C:
+    """A verified token's claims as ``model``; `AuthError` ("not <what>") if they are not."""
     try:
-        return ApprovalClaims.model_validate(claims)
+        return model.model_validate(claims)
     except ValidationError as exc:
-        raise AuthError(f"not an approval decision: {exc.errors()[0]['msg']}") from exc
+        raise AuthError(f"not {what}: {exc.errors()[0]['msg']}") from exc
+
+
+def read_approval_claims(claims: dict[str, object]) -> ApprovalClaims:
+    return read_claims(ApprovalClaims, claims, "an approval decision")
 
 
 ResolveOutcome = Literal["applied", "not_applied", "recheck"]
@@ -86,11 +91,7 @@ def resolve_claims(
 
 
 def read_resolve_claims(claims: dict[str, object]) -> ResolveClaims:
-    """The verified token's claims as a resolution; `AuthError` if they are not one."""
-    try:
-        return ResolveClaims.model_validate(claims)
-    except ValidationError as exc:
-        raise AuthError(f"not a resolution: {exc.errors()[0]['msg']}") from exc
+    return read_claims(ResolveClaims, claims, "a resolution")
 
 
 class ControlClaims(BaseModel):
@@ -117,8 +118,4 @@ def control_claims(**fields: object) -> dict[str, object]:
 
 
 def read_control_claims(claims: dict[str, object]) -> ControlClaims:
-    """The verified token's claims as a cancel or resume; `AuthError` if they are not one."""
-    try:
-        return ControlClaims.model_validate(claims)
-    except ValidationError as exc:
-        raise AuthError(f"not a cancel or resume: {exc.errors()[0]['msg']}") from exc
+    return read_claims(ControlClaims, claims, "a cancel or resume")

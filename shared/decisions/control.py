@@ -16,6 +16,7 @@ from typing import NamedTuple
 from callgate.auth.tokens import VerifiedDecision
 from callgate.clock import now_ms
 from callgate.decisions.claims import ControlClaims
+from callgate.decisions.refusal import refuse
 from callgate.ledger.approval_steps import Decider
 from callgate.ledger.control_steps import RESUMABLE
 from callgate.logs import log_fields
@@ -89,11 +90,7 @@ class ControlFlow:
                            "was applied already; look again and decide anew", decided.person)
 
     async def _refuse(self, run_id: str, msg_id: str, reason: str, person: str) -> None:
-        log.warning("cancel or resume refused", extra=log_fields(
-            run_id=run_id, msg_id=msg_id, person=person, reason=reason))
-        tx = self.ledger.refuse_decision(run_id, only_if_run_exists=True, event="control.refused",
-                                         person=person, reason=reason, msg_id=msg_id)
-        await self.ledger.apply(tx)
+        await refuse(self.ledger, "control.refused", run_id, msg_id, reason, person)
 
 
 class Budget(NamedTuple):

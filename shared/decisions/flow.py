@@ -30,6 +30,7 @@ from callgate.decisions.claims import (
 )
 from callgate.decisions.control import ControlFlow
 from callgate.decisions.record import ApprovalRecord, refusal
+from callgate.decisions.refusal import refuse
 from callgate.decisions.resolve import ResolveFlow
 from callgate.envelopes import ApprovalExpired, SignedDecision
 from callgate.errors import AuthError
@@ -128,10 +129,4 @@ class ApprovalFlow:
         return "retry" if result.failed.key != keys.run(record.run_id) else "done"
 
     async def _refuse(self, run_id: str, msg_id: str, reason: str, person: str | None) -> None:
-        """Log it, and say so in the run's trace if the run exists: a forged decision naming
-        no run must not leave an event stream behind that nothing would ever expire."""
-        log.warning("decision refused", extra=log_fields(run_id=run_id, msg_id=msg_id,
-                                                          person=person, reason=reason))
-        tx = self.ledger.refuse_decision(run_id, only_if_run_exists=True, person=person,
-                                         reason=reason, msg_id=msg_id)
-        await self.ledger.apply(tx)
+        await refuse(self.ledger, "approval.refused", run_id, msg_id, reason, person)

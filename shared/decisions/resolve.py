@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from callgate.auth.tokens import VerifiedDecision
 from callgate.decisions.claims import ResolveClaims
+from callgate.decisions.refusal import refuse
 from callgate.ledger.approval_steps import Decider
 from callgate.logs import log_fields
 from callgate.records import CallRecord, RunRecord
@@ -64,12 +65,7 @@ class ResolveFlow:
         self.ledger = runtime.ledger
 
     async def refuse(self, run_id: str, msg_id: str, reason: str, person: str) -> None:
-        """Log it, and say so in the run's trace (``resolve.refused``) if the run exists."""
-        log.warning("resolution refused", extra=log_fields(run_id=run_id, msg_id=msg_id,
-                                                            person=person, reason=reason))
-        tx = self.ledger.refuse_decision(run_id, only_if_run_exists=True, event="resolve.refused",
-                                         person=person, reason=reason, msg_id=msg_id)
-        await self.ledger.apply(tx)
+        await refuse(self.ledger, "resolve.refused", run_id, msg_id, reason, person)
 
     async def on_resolve(
         self, msg_id: str, token: str, claims: ResolveClaims, decided: VerifiedDecision

@@ -12,40 +12,27 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
-from callgate.errors import NotFoundError
 from callgate.ops.control_cli import control
 from callgate.ops.embedded_redis import EmbeddedRedis
-from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.ops.system import LocalSystem
+from tests.e2e.people import APIS, approve, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
-APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 TRAVEL = ["get_train_status", "get_weather"]
 
 
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    spec = SystemSpec(services=("travel", "booking"), scripted_model=True,
-                      redis_url=redis_server.url, grace_s=3.0)
-    with LocalSystem(spec) as running:
-        yield running
-
-
-async def http(system: LocalSystem, service: str, method: str, path: str, body: Any = None) -> Any:
-    url = f"{system.urls[service]}{path}"
-    async with aiohttp.ClientSession() as session, session.request(method, url, json=body) as r:
-        return await r.json()
+    yield from deployment(redis_server, ("travel", "booking"))
 
 
 @pytest.fixture
@@ -56,35 +43,10 @@ async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
         yield c
 
 
-async def until(client: CallgateClient, run_id: str, done: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    view: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        with contextlib.suppress(NotFoundError):  # ingress has not created it yet
-            view = await client.view(run_id)
-        if view and done(view):
-            return view
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} did not get there: {view}")
-
-
-def status(*wanted: str) -> Any:
-    return lambda view: view["status"] in wanted
-
-
 async def submit(client: CallgateClient, api: str, model: str, tools: list[str],
                  **extra: Any) -> str:
     return await client.submit({"api": api, "model": model, "input": "go",
                                 "identity": {"user": "alice"}, "allowed_tools": tools, **extra})
-
-
-async def approve(system: LocalSystem, client: CallgateClient, run_id: str) -> None:
-    call = await client.ledger.get_call(run_id, "t1.0")
-    assert call is not None and call.approval_id is not None
-    record = await client.ledger.get_approval(run_id, call.approval_id)
-    assert record is not None
-    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
-    await desk.post(record, "approve", signer_of(system.settings, "carol"))
 
 
 async def model_requests(system: LocalSystem, scenario: str) -> int:

@@ -11,13 +11,9 @@ lookup is inconclusive, so the run pauses ``paused_unknown_outcome``; then
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -25,24 +21,21 @@ from callgate.auth.deployment import signer_of
 from callgate.auth.tokens import Signer
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk, Outcome
-from callgate.errors import NotFoundError
 from callgate.ops.control_cli import resolve
 from callgate.ops.embedded_redis import EmbeddedRedis
-from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.ops.system import LocalSystem
 from callgate.records import CallRecord
+from tests.e2e.people import APIS, approve, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
-APIS = ("openai-responses", "openai-chat", "anthropic-messages")
 LOST_AND_INCONCLUSIVE = {"lookup": {"mode": "lookup_unknown"}}
 
 
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    spec = SystemSpec(services=("booking",), scripted_model=True, redis_url=redis_server.url,
-                      env={"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"}, grace_s=3.0)
-    with LocalSystem(spec) as running:
-        yield running
+    yield from deployment(redis_server, ("booking",),
+                          {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"})
 
 
 @pytest.fixture
@@ -53,21 +46,7 @@ async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
 
 
 async def booking(system: LocalSystem, method: str, path: str, body: Any = None) -> Any:
-    url = f"{system.urls['booking']}{path}"
-    async with aiohttp.ClientSession() as http, http.request(method, url, json=body) as reply:
-        return await reply.json()
-
-
-async def until(client: CallgateClient, run_id: str, status: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30
-    view: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        with contextlib.suppress(NotFoundError):  # ingress has not created it yet
-            view = await client.view(run_id)
-        if view.get("status") == status:
-            return view
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never {status}: {view}")
+    return await http(system, "booking", method, path, body)
 
 
 async def unresolved(system: LocalSystem, client: CallgateClient, api: str,
@@ -78,14 +57,9 @@ async def unresolved(system: LocalSystem, client: CallgateClient, api: str,
     run_id = await client.submit({"api": api, "model": "conf-reserve", "input": "book",
                                   "identity": {"user": "alice"},
                                   "allowed_tools": ["reserve_seat"]})
-    await until(client, run_id, "paused_approval")
-    call = await client.ledger.get_call(run_id, "t1.0")
-    assert call is not None and call.approval_id is not None
-    desk = ApprovalDesk(client.redis, client.keys, client.ledger)
-    record = await client.ledger.get_approval(run_id, call.approval_id)
-    assert record is not None
-    await desk.post(record, "approve", signer_of(system.settings, "carol"))
-    await until(client, run_id, "paused_unknown_outcome")
+    await until(client, run_id, status("paused_approval"))
+    await approve(system, client, run_id)
+    await until(client, run_id, status("paused_unknown_outcome"))
     found = await client.ledger.get_call(run_id, "t1.0")
     assert found is not None and found.state == "unresolved"
     return found
@@ -125,7 +99,7 @@ async def test_applied_completes_with_the_confirmed_result_and_one_reservation(
                                signer_of(settings, "carol"), result={"reservation_id": "r-ok"})
     assert code == 0, said
     assert [c for c in await desk.unresolved() if c.run_id == call.run_id] == [], "inbox empty"
-    view = await until(client, call.run_id, "completed")
+    view = await until(client, call.run_id, status("completed"))
     assert "r-ok" in view["final_text"], "the model was told the confirmed result"
     assert view["calls"][0]["reason"] == "applied, confirmed by carol"
     assert await reserve_stats(system) == (1, {"ws-200/p-alice": 1}), "nothing replayed"
@@ -148,7 +122,7 @@ async def test_not_applied_tells_the_model_and_makes_no_reservation(
     code, said = await resolve(client, call.run_id, call.call_id, "not_applied",
                                signer_of(system.settings, "carol"))
     assert code == 0, said
-    view = await until(client, call.run_id, "completed")
+    view = await until(client, call.run_id, status("completed"))
     assert "not_applied" in view["final_text"], "the model was told it did not happen"
     assert view["calls"][0]["state"] == "failed"
     assert await reserve_stats(system) == (1, {})
@@ -162,7 +136,7 @@ async def test_recheck_reconciles_once_the_service_answers(
     code, said = await resolve(client, call.run_id, call.call_id, "recheck",
                                signer_of(system.settings, "operator"))
     assert code == 0, said
-    view = await until(client, call.run_id, "completed")
+    view = await until(client, call.run_id, status("completed"))
     assert view["calls"][0]["state"] == "succeeded"
     assert view["calls"][0]["reason"] == "reconciled: applied"
     assert await reserve_stats(system) == (1, {"ws-200/p-alice": 1})

@@ -42,7 +42,10 @@ DESIGN_CALL_EDGES = {
     (C.REQUESTED, C.CANCELLED), (C.NEEDS_APPROVAL, C.CANCELLED), (C.ALLOWED, C.CANCELLED),
     (C.APPROVED, C.CANCELLED),
 }  # fmt: skip
-RESUMABLE = {R.HANDED_OFF: frozenset({R.AWAITING_MODEL}), R.COMPLETED: frozenset({R.AWAITING_MODEL})}
+RESUMABLE = {
+    R.HANDED_OFF: frozenset({R.AWAITING_MODEL}),
+    R.COMPLETED: frozenset({R.AWAITING_MODEL}),
+}
 """The ends a run may leave (DESIGN §10): resumed with the same or a larger budget (handed
 off), or continued by a follow-up input (completed)."""
 
