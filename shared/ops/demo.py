@@ -18,7 +18,13 @@ from typing import Any
 
 from callgate.client import CallgateClient
 from callgate.errors import CallgateError
-from callgate.ops.demo_workshop import WORKSHOP_INPUT, booking_summary, decide_pending
+from callgate.ops.demo_workshop import (
+    WORKSHOP_INPUT,
+    booking_summary,
+    decide_pending,
+    needs_terminal,
+)
+from callgate.ops.embedded_redis import RedisNotInstalledError
 from callgate.ops.stack import Progress, progress_to_stderr
 from callgate.ops.supervisor import prefix_sink, quiet_sink
 from callgate.ops.system import LocalSystem, SystemSpec
@@ -118,6 +124,10 @@ def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> i
     """The demo, start to clean stop; 0 if the run completed."""
     sink = prefix_sink(sys.stderr) if options.verbose else quiet_sink
     demo = DEMOS[options.name]
+    why_not = needs_terminal(options.approve_as) if demo.service == "booking" else None
+    if why_not is not None:
+        progress(why_not)
+        return 1
     system = LocalSystem(
         SystemSpec(services=(demo.service,), env=demo.env), progress=progress, sink=sink
     )
@@ -129,6 +139,9 @@ def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> i
         spec = run_spec(demo, options, api, model)
         view, trace = asyncio.run(drive(system, spec, options, progress))
         summary = booking_summary(system.urls["booking"]) if demo.service == "booking" else None
+    except RedisNotInstalledError as exc:
+        progress(str(exc))
+        return 1
     except (TimeoutError, RuntimeError, OSError, CallgateError, EOFError) as exc:
         progress(f"demo failed: {exc}")
         for line in system.tails():

