@@ -1,19 +1,27 @@
 """Every setting callgate reads from the environment, in one typed place.
 
 Services build one `Settings` at start-up and pass it down; nothing else reads
-`os.environ` for configuration.  Provider endpoints and keys are deliberately *not*
-here: the official SDKs read `OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`
-and `ANTHROPIC_API_KEY` themselves, and callgate never overrides them.
+`os.environ` for configuration.  The one other source is a running `callgate dev`: when
+neither argument nor environment names a Redis, its state file (``HOME/dev.json``) does, so a
+command in another terminal finds that deployment with nothing exported.
+
+Provider endpoints and keys are deliberately *not* here: the official SDKs read
+`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` themselves,
+and callgate never overrides them.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEV_STATE_FILE = "dev.json"
+"""Under ``home``: where a running `callgate dev` says which Redis and key prefix it uses."""
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
 """A tuple setting written in the environment as ``a,b,c`` (or a JSON array)."""
@@ -156,6 +164,21 @@ class Settings(BaseSettings):
     # Retention of finished runs.
     retention_s: int = Field(default=7 * 24 * 3600, ge=1)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _join_dev(cls, data: Any) -> Any:
+        """No Redis given: join the `callgate dev` running under ``home``, if one is alive.
+        Only a missing REDIS_URL falls back, so an exported one always wins, and the prefix
+        comes along with the URL it belongs to."""
+        if not isinstance(data, dict) or "REDIS_URL" in data or "redis_url" in data:
+            return data
+        home = data.get("home") or Path.home() / ".callgate"
+        state = read_dev_state(Path(home).expanduser())
+        if state is None:
+            return data
+        joined = {"REDIS_URL": state["redis_url"], "key_prefix": state["key_prefix"]}
+        return {**joined, **data}
+
     @field_validator("tool_modules", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
@@ -165,3 +188,29 @@ class Settings(BaseSettings):
                 return tuple(orjson.loads(text))
             return tuple(part.strip() for part in text.split(",") if part.strip())
         return value
+
+
+def read_dev_state(home: Path) -> dict[str, Any] | None:
+    """The state of the `callgate dev` running under ``home``; None when there is no file, it
+    is unreadable, or the process that wrote it is gone (a crash leaves the file behind)."""
+    try:
+        state = orjson.loads((home / DEV_STATE_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(state, dict) or not _alive(state.get("pid")):
+        return None
+    if not isinstance(state.get("redis_url"), str) or not isinstance(state.get("key_prefix"), str):
+        return None
+    return state
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, under another user
+        return True
+    return True

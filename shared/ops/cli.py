@@ -43,6 +43,7 @@ COMMAND_MODULES = (
     "callgate.ops.conformance.cli",
     "callgate.ops.chaos.cli",
     "callgate.ops.bench.cli",
+    "callgate.ops.dev_cli",
 )
 """Modules that bring their own subcommand: each defines ``add_command(subparsers)``, which
 adds a parser whose ``handler`` takes the parsed args and returns an exit code (or a coroutine

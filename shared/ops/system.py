@@ -73,6 +73,8 @@ class SystemSpec:
     tool_modules: tuple[str, ...] | None = None
     """The tool registry every worker loads (``CALLGATE_TOOL_MODULES``); None: the environment's,
     else the demo's tools."""
+    scenarios: tuple[Path, ...] = ()
+    """Folders of scripted-model scenarios searched before the built-in ones."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for every child (settings such as CALLGATE_APPROVERS)."""
     worker_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -174,10 +176,11 @@ class LocalSystem:
         return url
 
     def _start_scripted_model(self) -> None:
-        url = self.start_listener(
-            "model",
-            [sys.executable, "-m", "callgate.standins.scripted_model", "--port", str(free_port())],
-        )
+        argv = [sys.executable, "-m", "callgate.standins.scripted_model"]
+        argv += ["--port", str(free_port())]
+        for folder in self.spec.scenarios:
+            argv += ["--scenarios", str(folder)]
+        url = self.start_listener("model", argv)
         for name, value in (("OPENAI_BASE_URL", f"{url}/v1"), ("ANTHROPIC_BASE_URL", url)):
             if self.spec.scripted_model:
                 # Asked for explicitly (conformance, chaos, tests): never a real endpoint.

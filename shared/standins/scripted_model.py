@@ -7,8 +7,8 @@ SSE, shaped like the recorded wire data in provider-fixtures/, and it enforces t
 history rules (exact 400 bodies). What the "model" says comes from scenario scripts (see
 `callgate.standins.scripted.scenario` for the format): the request's `model` names the scenario.
 
-    python -m callgate.standins.scripted_model --port 0 --scenarios shared/standins/scenarios
-    # prints: listening on http://127.0.0.1:PORT
+    python -m callgate.standins.scripted_model --port 0 [--scenarios MY_DIR ...]
+    # prints: listening on http://127.0.0.1:PORT (MY_DIR is searched before the built-ins)
 
     async with ScriptedModelServer() as server:
         client = AsyncOpenAI(base_url=server.openai_base_url, api_key="x", max_retries=0)
@@ -113,7 +113,7 @@ class ScriptedModelServer:
         self._app.extra[name] = scenario
 
 
-async def _serve(port: int, scenarios: Path, host: str) -> None:
+async def _serve(port: int, scenarios: Sequence[Path], host: str) -> None:
     server = ScriptedModelServer(scenarios, host=host, port=port)
     await server.start()
     print(f"listening on {server.base_url}", flush=True)
@@ -132,11 +132,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--scenarios", type=Path, default=DEFAULT_SCENARIOS)
+    parser.add_argument("--scenarios", type=Path, action="append", default=[],
+                        help="a folder of scenarios (repeatable); each is searched before the "
+                        "next, the built-in ones last")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")
-    asyncio.run(_serve(args.port, args.scenarios, args.host))
+    asyncio.run(_serve(args.port, [*args.scenarios, DEFAULT_SCENARIOS], args.host))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,194 @@
+"""`callgate dev`: a whole local deployment in one command, findable from any other terminal.
+
+    callgate dev [--tools m1,m2] [--scenarios DIR] [--slack] [--log-format auto|pretty|json]
+
+Starts what `callgate demo` starts and keeps it running (`LocalSystem`): Redis (REDIS_URL if
+it answers, else an embedded one), every worker, the scripted model server unless a provider
+key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with dummy keys), the
+demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL) and, with ``--slack``, the fake Slack
+with the approvals bot.  Then it writes ``HOME/dev.json`` (0600: the Redis URL may carry a
+password, which is never printed) with its pid, so `Settings` in another terminal joins this
+deployment with nothing exported; the file goes when dev stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from callgate.auth.keys import write_secret_file
+from callgate.config import DEV_STATE_FILE, read_dev_state
+from callgate.logs import mask_url_password
+from callgate.ops.dev_logs import dev_sink, json_event
+from callgate.ops.embedded_redis import RedisNotInstalledError, free_port
+from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
+from callgate.ops.system import SERVICES, LocalSystem, SystemSpec
+
+SLACK_CHANNEL = "C0CALLGATEDEV"
+SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
+"""The fake Slack's one approver: Slack user U0CAROL acts as carol (an events-lead)."""
+SHOWN_ENV = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", *(s for _, s in SERVICES.values()),
+             "CALLGATE_TOOL_MODULES")
+"""The environment a user's own tools and scripts may want to copy; no secrets."""
+TRY = ("callgate run --api openai-chat --model travel-parallel "
+       "--tools get_train_status,get_weather --identity '{\"user\": \"alice\"}' "
+       "--input 'Is G1234 on time?' --wait")
+
+
+def add_command(sub: Any) -> None:
+    dev = sub.add_parser("dev", help="everything for local development, until Ctrl-C")
+    dev.add_argument("--tools", help="tool modules the workers register, comma-separated "
+                     "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
+    dev.add_argument("--scenarios", type=Path, metavar="DIR",
+                     help="your scripted-model scenarios (DIR/<model>.json), before the built-ins")
+    dev.add_argument("--slack", action="store_true",
+                     help="also the fake Slack and the approvals bot")
+    dev.add_argument("--log-format", choices=("auto", "pretty", "json"), default="auto",
+                     help="auto: readable on a terminal, JSON lines otherwise")
+    dev.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    dev.set_defaults(handler=cmd_dev)
+
+
+def dev_spec(args: argparse.Namespace) -> SystemSpec:
+    """What `callgate dev` starts: the demo's services, every worker, the local keyring."""
+    modules = None if args.tools is None else tuple(
+        m.strip() for m in args.tools.split(",") if m.strip()
+    )
+    return SystemSpec(
+        key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
+        tool_modules=modules,
+        scenarios=() if args.scenarios is None else (args.scenarios.resolve(),),
+        delegates={"slack": ["carol"]} if args.slack else {},
+        grace_s=args.grace,
+    )
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    """Run the deployment until SIGINT/SIGTERM; 1 when it cannot start (said in one line)."""
+    sigterm_as_interrupt()
+    sink, console = dev_sink(args.log_format, sys.stderr)
+
+    def say(message: str) -> None:
+        sink("dev", message)
+
+    if args.scenarios is not None and not args.scenarios.is_dir():
+        say(f"--scenarios {args.scenarios}: not a folder")
+        return 2
+    system = LocalSystem(dev_spec(args), progress=say, sink=sink)
+    state_file = Path(system.env["CALLGATE_HOME"]) / DEV_STATE_FILE
+    running = read_dev_state(state_file.parent)
+    if running is not None:
+        say(f"callgate dev already runs here (pid {running['pid']}, {state_file}); stop it first")
+        return 1
+    try:
+        return _serve(system, args, state_file, console, say)
+    finally:
+        system.stop()
+        _remove_state(state_file)
+
+
+def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
+           console: Console | None, say: Callable[[str], None]) -> int:
+    try:
+        system.start()
+        if args.slack:
+            start_slack(system)
+    except RedisNotInstalledError as exc:
+        say(str(exc))
+        return 1
+    except (RuntimeError, TimeoutError, OSError) as exc:
+        say(f"could not start: {exc}")
+        for line in system.tails():
+            say(line)
+        return 1
+    state = dev_state(system)
+    write_secret_file(state_file, orjson.dumps(state, option=orjson.OPT_INDENT_2), overwrite=True)
+    show_banner(state, state_file, console)
+    signum = wait_for_stop_signal()
+    say(f"signal {signum}: stopping")
+    return 0
+
+
+def start_slack(system: LocalSystem) -> None:
+    """The fake Slack Web API and the approvals bot posting to it, with fresh secrets."""
+    token, secret = f"xoxb-dev-{secrets.token_hex(8)}", secrets.token_hex(16)
+    api = system.start_listener("slack", [
+        sys.executable, "-m", "callgate.standins.fake_slack", "--port", str(free_port()),
+        "--token", token,
+    ])
+    system.start_listener(
+        "slack_approvals",
+        [sys.executable, "-m", "callgate.services.slack_approvals", "--port", str(free_port())],
+        {
+            "CALLGATE_SLACK_API_URL": f"{api}/api/",
+            "CALLGATE_SLACK_BOT_TOKEN": token,
+            "CALLGATE_SLACK_SIGNING_SECRET": secret,
+            "CALLGATE_SLACK_CHANNEL": SLACK_CHANNEL,
+            "CALLGATE_SLACK_APPROVERS": orjson.dumps(SLACK_APPROVERS).decode(),
+        },
+    )
+
+
+def dev_state(system: LocalSystem) -> dict[str, Any]:
+    """What dev.json holds: how to reach this deployment (read by `callgate.config.Settings`)."""
+    return {
+        "pid": os.getpid(),
+        "redis_url": system.env["REDIS_URL"],
+        "key_prefix": system.env["CALLGATE_KEY_PREFIX"],
+        "home": system.env["CALLGATE_HOME"],
+        "urls": dict(system.urls),
+        "env": {name: system.env[name] for name in SHOWN_ENV if name in system.env},
+        "workers": [n for names in system.workers.values() for n in names],
+        "scripted_model": system.scripted,
+    }
+
+
+def banner_rows(state: dict[str, Any], state_file: Path) -> list[tuple[str, str]]:
+    """(what, where) for every part that runs; the Redis password masked."""
+    redis = mask_url_password(state["redis_url"])
+    rows = [("redis", f"{redis}  (key prefix {state['key_prefix']})")]
+    urls: dict[str, str] = state["urls"]
+    if "model" in urls:
+        rows.append(("scripted model", f"{urls['model']}  (OPENAI_BASE_URL {urls['model']}/v1)"))
+    else:
+        rows.append(("model", "a real provider (an API key is set)"))
+    rows += [(name, url) for name, url in urls.items() if name != "model"]
+    rows.append(("workers", ", ".join(state["workers"])))
+    rows.append(("state", f"{state_file}  (other terminals find this deployment here)"))
+    return rows
+
+
+def show_banner(state: dict[str, Any], state_file: Path, console: Console | None) -> None:
+    """What runs where: a table on a terminal, one JSON line otherwise."""
+    rows = banner_rows(state, state_file)
+    if console is None:
+        sys.stderr.write(json_event("ready", {"parts": dict(rows), "try": TRY}) + "\n")
+        sys.stderr.flush()
+        return
+    table = Table(title="callgate dev", title_style="bold", show_header=False, box=None)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(overflow="fold")
+    for what, where in rows:
+        table.add_row(what, where)
+    console.print(table)
+    console.print("[dim]in another terminal, no exports needed:[/dim]")
+    console.print(TRY, markup=False, highlight=False)
+    console.print("[dim]Ctrl-C stops everything[/dim]")
+
+
+def _remove_state(state_file: Path) -> None:
+    """Remove dev.json if it is ours (a second dev refused to start must not remove the
+    first one's)."""
+    with contextlib.suppress(OSError, orjson.JSONDecodeError):
+        if orjson.loads(state_file.read_bytes()).get("pid") == os.getpid():
+            state_file.unlink()
