@@ -20,11 +20,13 @@ from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, ReconcileRequest
 from callgate.errors import EnvelopeError, NotFoundError, ToolError
 from callgate.ledger.steps import Outcome
+from callgate.ledger.store import Ledger
 from callgate.logs import log_fields
 from callgate.records import CallRecord, Effect, RunRecord, error_result, ok_result
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.streams.worker import DeadLetter
 from callgate.tools.contract import Reconciliation, Tool, call_context
 
 log = logging.getLogger("callgate.reconciler")
@@ -69,7 +71,7 @@ class Reconciler:
             if answer.found != "unknown":
                 await self._settle(call, answer, message.chain, tool.sensitive_fields)
                 return
-        await self._give_up(run, call)
+        await give_up(self.ledger, run, call)
 
     async def _ask(
         self, run: RunRecord, call: CallRecord, tool: Tool[Any], attempt: int
@@ -113,13 +115,32 @@ class Reconciler:
         tx = self.ledger.settle_reconcile(call, outcome, chain, sensitive)
         await asyncio.shield(self.ledger.apply(tx))
 
-    async def _give_up(self, run: RunRecord, call: CallRecord) -> None:
-        """Still unknown: pause the run and tell a human; nothing is replayed."""
-        result = await asyncio.shield(self.ledger.apply(self.ledger.unresolved(run, call,
-                                                                              pause=True)))
-        if not result.ok:
-            # The run was not in a state to pause (e.g. cancelled); settle the call alone.
-            await self.ledger.apply(self.ledger.unresolved(run, call, pause=False))
+
+async def give_up(ledger: Ledger, run: RunRecord, call: CallRecord) -> None:
+    """Still unknown: pause the run and tell a human; nothing is replayed."""
+    result = await asyncio.shield(ledger.apply(ledger.unresolved(run, call, pause=True)))
+    if not result.ok:
+        # The run was not in a state to pause (e.g. cancelled); settle the call alone.
+        await ledger.apply(ledger.unresolved(run, call, pause=False))
+
+
+async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
+    """A reconcile order no delivery settled (its consumers kept dying mid-check): the outcome
+    is still unknown, so the call goes to a person as when the checks run out.  Failing the
+    run instead would strand a write that may have happened in ``reconciling``, outside every
+    inbox, with no outcome ever recorded."""
+    order = letter.envelope
+    if not isinstance(order, ReconcileRequest):
+        return
+    ledger = runtime.ledger
+    run, [call] = await ledger.run_and_calls(order.run_id, [order.call_id])
+    if run is None or call is None or call.turn != order.turn:
+        return
+    if call.state == CallState.UNKNOWN:
+        await ledger.apply(ledger.claim_reconcile(call))
+        call = await ledger.get_call(order.run_id, order.call_id)
+    if call is not None and call.state == CallState.RECONCILING:
+        await give_up(ledger, run, call)
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
@@ -128,7 +149,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return Reconciler(runtime, session).handle
 
 
-SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, (ReconcileRequest,))
+SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, on_dead_letter=_dead_letter)
 
 if __name__ == "__main__":
     main(SPEC)

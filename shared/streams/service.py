@@ -84,6 +84,8 @@ class ServiceSpec:
     stream_kinds: Sequence[str]
     make_handler: Callable[[Runtime], Awaitable[Handler]]
     fails_runs: tuple[type[EnvelopeBase], ...] = ()
+    on_dead_letter: Callable[[Runtime, DeadLetter], Awaitable[None]] | None = None
+    """What else a dead letter means for this worker's messages (after `fails_runs`)."""
 
 
 async def fail_bound_run(
@@ -113,6 +115,8 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
 
     async def dead_letter(letter: DeadLetter) -> None:
         await fail_bound_run(runtime, letter, spec.fails_runs)
+        if spec.on_dead_letter is not None:
+            await spec.on_dead_letter(runtime, letter)
 
     worker = StreamWorker(
         runtime.redis,
