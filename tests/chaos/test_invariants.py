@@ -14,7 +14,14 @@ import orjson
 import pytest
 
 from callgate.ops.chaos.boundaries import BOUNDARIES, EFFECTS, boundary_names, reached_by
-from callgate.ops.chaos.facts import Facts, RunFacts, latest_conversations, terminal_transitions
+from callgate.ops.chaos.facts import (
+    Facts,
+    PeopleFacts,
+    RunFacts,
+    latest_conversations,
+    people_facts,
+    terminal_transitions,
+)
 from callgate.ops.chaos.invariants import check_all, reservations_per_approved_call, told
 from callgate.ops.chaos.report import figures, render
 from callgate.ops.chaos.workload import EXPIRE_TTL_S, plan_runs
@@ -44,6 +51,8 @@ def facts(
     outcomes: dict[str, int] | None = None,
     requests: dict[str, int] | None = None,
     created: dict[str, int] | None = None,
+    people: PeopleFacts | None = None,
+    turns_received: int = 1,
 ) -> Facts:
     calls = (call(),) if calls is None else calls
     run = RunRecord(run_id=PLAN.run_id, api=PLAN.api, model=PLAN.scenario, input="x",
@@ -53,7 +62,8 @@ def facts(
     run_facts = RunFacts(
         plan=PLAN, run=run, calls=calls,
         outcomes_recorded={c.call_id: 1 for c in calls} if outcomes is None else outcomes,
-        received=sent if received is None else received, turns_received=1,
+        received=sent if received is None else received, turns_received=turns_received,
+        people=people or PeopleFacts(),
     )  # fmt: skip
     return Facts(
         runs=(run_facts,),
@@ -103,6 +113,70 @@ def test_a_denied_write_that_reached_the_service_is_a_mismatch() -> None:
     assert broken(check_all(facts((denied,), created={}, requests={}))) == set()
     found = check_all(facts((denied,), created={}, requests={"op_1": 1}))
     assert broken(found) == {"write_outcome_mismatches"}
+
+
+CANCELLED_AT_1 = PeopleFacts(cancel_turn=1, in_flight_at_cancel=("t1.0",))
+
+
+def test_a_write_in_flight_at_a_cancel_keeps_its_true_outcome() -> None:
+    sound = facts(status=RunState.CANCELLED, people=CANCELLED_AT_1, received={},
+                  turns_received=0)  # fmt: skip
+    assert broken(check_all(sound)) == set()
+    for made in (
+        replace(sound, reservations={}),  # recorded as succeeded, but nothing was made
+        facts((call(CallState.RECONCILING),), status=RunState.CANCELLED, people=CANCELLED_AT_1,
+              received={}, turns_received=0),  # never settled
+        facts((call(CallState.CANCELLED, result=error_result("cancelled", "c")),),
+              status=RunState.CANCELLED, people=CANCELLED_AT_1, received={}, turns_received=0),
+    ):  # fmt: skip
+        assert "cancel_mismatches" in broken(check_all(made))
+    asked_again = facts(status=RunState.CANCELLED, people=CANCELLED_AT_1)  # turn 2 asked
+    assert broken(check_all(asked_again)) == {"cancel_mismatches"}
+    not_kept = facts(status=RunState.COMPLETED, people=CANCELLED_AT_1)
+    assert "cancel_mismatches" in broken(check_all(not_kept))
+
+
+def test_a_write_left_reconciling_in_an_ended_run_is_a_mismatch() -> None:
+    stranded = facts((call(CallState.RECONCILING, result=None),), status=RunState.FAILED,
+                     received={}, turns_received=0)  # fmt: skip
+    assert broken(check_all(stranded)) == {"write_outcome_mismatches"}
+
+
+def test_a_cancelled_call_never_reaches_the_service() -> None:
+    cancelled = call(CallState.CANCELLED, result=error_result("cancelled", "by alice"))
+    never = facts((cancelled,), status=RunState.CANCELLED, requests={}, created={})
+    assert broken(check_all(never)) == set()
+    sent = facts((cancelled,), status=RunState.CANCELLED, requests={"op_1": 1}, created={})
+    assert broken(check_all(sent)) == {"cancelled_calls_executed"}
+
+
+def test_a_resolved_call_has_the_booking_services_outcome() -> None:
+    applied = PeopleFacts(resolutions={"t1.0": ("applied",)})
+    assert broken(check_all(facts(people=applied))) == set()
+    wrong = check_all(facts(people=applied, created={}))
+    assert "resolve_mismatches" in broken(wrong)
+    failed = call(CallState.FAILED, result=error_result("not_applied", "no"))
+    not_applied = PeopleFacts(resolutions={"t1.0": ("not_applied",)})
+    assert broken(check_all(facts((failed,), people=not_applied, created={}))) == set()
+    assert broken(check_all(facts((failed,), people=applied, created={}))) == {
+        "resolve_mismatches"}
+    left = replace(PLAN, resolve="truth")
+    paused = facts((call(CallState.UNRESOLVED, result=None),),
+                   status=RunState.PAUSED_UNKNOWN_OUTCOME, received={}, turns_received=0)
+    assert broken(check_all(paused)) == set()
+    mine = replace(paused, runs=(replace(paused.runs[0], plan=left),))
+    assert broken(check_all(mine)) == {"resolve_mismatches"}
+
+
+def test_people_facts_replay_where_each_call_stood_at_the_cancel() -> None:
+    kinds = [("call.transition", {"call_id": "t1.0", "to": "executing"}),
+             ("call.transition", {"call_id": "t1.1", "to": "succeeded"}),
+             ("run.transition", {"to": "cancelled", "turn": 1}),
+             ("call.transition", {"call_id": "t1.0", "to": "succeeded"}),
+             ("control.refused", {}),
+             ("call.resolved", {"call_id": "t1.2", "outcome": "recheck"})]  # fmt: skip
+    events = [Event(id=f"{i}-0", t_ms=0, type=t, data=d) for i, (t, d) in enumerate(kinds)]
+    assert people_facts(events) == PeopleFacts(1, ("t1.0",), 1, {"t1.2": ("recheck",)})
 
 
 def test_figures_are_ok_only_when_every_invariant_holds() -> None:
@@ -157,3 +231,21 @@ def test_the_workload_is_reproducible_from_its_seed() -> None:
     expiring = replace(PLAN, decision="expire").spec()
     approving = replace(PLAN, decision="approve").spec()
     assert expiring["approval_ttl_s"] == EXPIRE_TTL_S and "approval_ttl_s" not in approving
+
+
+def test_people_act_on_a_seeded_share_without_changing_the_mix() -> None:
+    plans = plan_runs(200, 1)
+    assert {p.cancel for p in plans} == {"no", "at", "in_flight"}
+    assert {p.resolve for p in plans} == {"no", "truth", "recheck"}
+    bare = [replace(p, cancel="no", cancel_after_s=0.0, resolve="no", write_delay_s=0.0,
+                    lost_reserve="commit_then_drop") for p in plans]  # fmt: skip
+    assert [(p.kind, p.decision) for p in bare] == [(p.kind, p.decision) for p in plans]
+    for p in plans:
+        faults = p.booking_faults()
+        if p.cancel == "in_flight":
+            assert p.kind != "travel" and faults is not None and faults["reserve"]["count"] == 1
+        elif p.resolve != "no":
+            assert (p.kind, p.decision) == ("workshop", "approve")
+            assert faults is not None and faults["lookup"] == {"mode": "lookup_unknown"}
+        else:
+            assert faults is None

@@ -6,6 +6,7 @@ Modules, one job each:
 * `workload`   — the mix of runs (pure);
 * `boundaries` — every deterministic crash point, and which effect kinds reach it (pure);
 * `approver`   — a simulated approver posting decisions on the approvals stream;
+* `people`     — the run's user cancelling, a resolver settling unknown outcomes (signed too);
 * `recovery`   — what a killed worker held, and when it was settled;
 * `injector`   — SIGKILLs at random moments, one Redis restart;
 * `facts`      — collecting the facts at the end (I/O);

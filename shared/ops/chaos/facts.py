@@ -1,7 +1,9 @@
 """The facts a session's invariants are checked against, collected from the authoritative
 sides once the runs have settled (I/O only; the checks are `callgate.ops.chaos.invariants`).
 
-* the ledger: every run record, every call record, every call's transitions in the event log;
+* the ledger: every run record, every call record, every call's transitions in the event log,
+  and what people did (a cancel applied or refused, where each call was at the cancel, each
+  resolution);
 * the booking service (the system of record for writes): requests and reservations created
   per operation id;
 * the scripted model server: what the model actually received — for each run, the tool
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -41,6 +43,19 @@ _MARKER = re.compile(r"\[chaos ([A-Za-z0-9_.:-]+)\]")
 
 
 @dataclass(frozen=True)
+class PeopleFacts:
+    """What people did to one run, from its event log."""
+
+    cancel_turn: int | None = None
+    """The turn the run was at when a cancel applied (None: never cancelled)."""
+    in_flight_at_cancel: tuple[str, ...] = ()
+    """Calls under way at the cancel (executing, unknown, reconciling, unresolved)."""
+    cancels_refused: int = 0
+    resolutions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Call id → the resolutions applied to it (applied, not_applied, recheck), in order."""
+
+
+@dataclass(frozen=True)
 class RunFacts:
     plan: PlannedRun
     run: RunRecord | None
@@ -51,6 +66,7 @@ class RunFacts:
     """Provider call id → the result contents the model received for it (latest request)."""
     turns_received: int
     """Assistant turns in that request: the calls of turns up to this must all be answered."""
+    people: PeopleFacts = field(default_factory=PeopleFacts)
 
 
 @dataclass(frozen=True)
@@ -94,6 +110,34 @@ def latest_conversations(log: Sequence[Mapping[str, Any]]) -> dict[str, Conversa
     return best
 
 
+UNDER_WAY = frozenset({CallState.EXECUTING, CallState.UNKNOWN, CallState.RECONCILING})
+"""A call whose write may be out there and that callgate is still settling."""
+IN_FLIGHT = UNDER_WAY | {CallState.UNRESOLVED}
+
+
+def people_facts(events: Sequence[Any]) -> PeopleFacts:
+    """Replay the log: where each call stood when the run was cancelled, and every
+    resolution and refused cancel."""
+    at: dict[str, str] = {}
+    cancel_turn: int | None = None
+    in_flight: tuple[str, ...] = ()
+    refused = 0
+    resolutions: dict[str, tuple[str, ...]] = {}
+    for event in events:
+        data = event.data
+        if event.type == "call.transition" and cancel_turn is None:
+            at[str(data.get("call_id"))] = str(data.get("to"))
+        elif event.type == "run.transition" and data.get("to") == "cancelled":
+            cancel_turn = int(data.get("turn") or 0)
+            in_flight = tuple(c for c, state in at.items() if state in IN_FLIGHT)
+        elif event.type == "control.refused":
+            refused += 1
+        elif event.type == "call.resolved":
+            call_id = str(data.get("call_id"))
+            resolutions[call_id] = (*resolutions.get(call_id, ()), str(data.get("outcome")))
+    return PeopleFacts(cancel_turn, in_flight, refused, resolutions)
+
+
 def terminal_transitions(events: Sequence[Any]) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for event in events:
@@ -106,14 +150,16 @@ async def run_facts(ledger: Ledger, plan: PlannedRun, conv: Conversation | None)
     run = await ledger.get_run(plan.run_id)
     calls: list[CallRecord] = []
     outcomes: dict[str, int] = {}
+    people = PeopleFacts()
     if run is not None:
         calls = await ledger.run_calls(run.run_id, run.turn)
-        outcomes = terminal_transitions(await ledger.events(run.run_id))
+        events = await ledger.events(run.run_id)
+        outcomes, people = terminal_transitions(events), people_facts(events)
     received: dict[str, tuple[str, ...]] = {}
     for result in conv.results if conv is not None else ():
         received[result.call_id] = (*received.get(result.call_id, ()), result.content)
     turns = conv.assistant_turns if conv is not None else 0
-    return RunFacts(plan, run, tuple(calls), outcomes, received, turns)
+    return RunFacts(plan, run, tuple(calls), outcomes, received, turns, people)
 
 
 async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:

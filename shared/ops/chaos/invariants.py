@@ -11,12 +11,21 @@ what broke.  Required values: every list empty.
 * unrequested effect — a reservation under an operation id no call of the session carries;
 * write outcome mismatch — the ledger and the booking service disagree: a call recorded as
   succeeded without exactly one reservation, one recorded as failed/denied/rejected with one;
-  or a denied, rejected or expired call that reached the service at all;
+  or a denied, rejected or expired call that reached the service at all; or a write left
+  ``unknown`` or ``reconciling`` at the end (no outcome recorded, in no person's inbox);
 * call without exactly one result — a terminal call without a stored result, or moved into a
   terminal state by more (or fewer) than one event; a completed run with a call not terminal;
   a call the model was due an answer for that got none, or more than one;
 * mispaired result — the model received, under a call's provider id, something other than
-  that call's recorded result, or a result under an id no call of the run has.
+  that call's recorded result, or a result under an id no call of the run has;
+* cancelled call executed — a call a cancel ended before it started whose operation id reached
+  the booking service at all;
+* cancel mismatch — a run a cancel applied to that is not ``cancelled`` at the end, whose model
+  was asked another turn after it, or whose call in flight at the cancel did not end with its
+  true outcome (terminal, and succeeded exactly when the service holds its reservation);
+* resolve mismatch — a call a person resolved whose recorded outcome is not the booking
+  service's (applied ⇔ the reservation exists), or a call left unresolved in a run whose plan
+  has a person resolve it.
 """
 
 from __future__ import annotations
@@ -48,10 +57,14 @@ def lost_runs(facts: Facts) -> list[str]:
     ]
 
 
+def _is_write(call: CallRecord) -> bool:
+    return call.effect in ("write", "idempotent_write") and bool(call.operation_id)
+
+
 def _writes(facts: Facts) -> Iterator[tuple[RunFacts, CallRecord]]:
     for r in facts.runs:
         for call in r.calls:
-            if call.effect in ("write", "idempotent_write") and call.operation_id:
+            if _is_write(call):
                 yield r, call
 
 
@@ -70,19 +83,25 @@ def unrequested_effects(facts: Facts) -> list[str]:
     return [op for op, n in facts.reservations.items() if n and op not in known]
 
 
+def wrong_outcome(facts: Facts, call: CallRecord) -> bool:
+    """The ledger's outcome of a write is not the booking service's."""
+    op = call.operation_id or ""
+    requests, created = facts.reserve_requests.get(op, 0), facts.reservations.get(op, 0)
+    return (
+        call.state in (CallState.UNKNOWN, CallState.RECONCILING)
+        or (call.state == CallState.SUCCEEDED and created != 1)
+        or (call.state in CALL_TERMINAL - {CallState.SUCCEEDED} and created != 0)
+        or (call.state in NEVER_RAN and requests != 0)
+    )
+
+
 def write_outcome_mismatches(facts: Facts) -> list[str]:
-    found = []
-    for r, call in _writes(facts):
-        op = call.operation_id or ""
-        requests, created = facts.reserve_requests.get(op, 0), facts.reservations.get(op, 0)
-        wrong = (
-            (call.state == CallState.SUCCEEDED and created != 1)
-            or (call.state in CALL_TERMINAL - {CallState.SUCCEEDED} and created != 0)
-            or (call.state in NEVER_RAN and requests != 0)
-        )
-        if wrong:
-            found.append(f"{r.plan.run_id}/{call.call_id} {call.state.value}: {created} created")
-    return found
+    return [
+        f"{r.plan.run_id}/{call.call_id} {call.state.value}: "
+        f"{facts.reservations.get(call.operation_id or '', 0)} created"
+        for r, call in _writes(facts)
+        if wrong_outcome(facts, call)
+    ]
 
 
 def reservations_per_approved_call(facts: Facts) -> dict[str, int]:
@@ -149,6 +168,61 @@ def mispaired_results(facts: Facts) -> list[str]:
     return found
 
 
+def cancelled_calls_executed(facts: Facts) -> list[str]:
+    found = []
+    for r, call in _writes(facts):
+        op = call.operation_id or ""
+        requests = facts.reserve_requests.get(op, 0)
+        if call.state == CallState.CANCELLED and (requests or facts.reservations.get(op, 0)):
+            found.append(f"{r.plan.run_id}/{call.call_id} cancelled: {requests} requests")
+    return found
+
+
+def cancel_mismatches(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        turn = r.people.cancel_turn
+        if turn is None:
+            continue
+        status = "no record" if r.run is None else r.run.status.value
+        if status != RunState.CANCELLED:
+            found.append(f"{r.plan.run_id}: {status} after a cancel")
+        if r.turns_received > max(turn - 1, 0):
+            found.append(f"{r.plan.run_id}: the model was asked turn {r.turns_received + 1} "
+                         f"after a cancel at turn {turn}")
+        calls = {c.call_id: c for c in r.calls}
+        for call_id in r.people.in_flight_at_cancel:
+            call = calls.get(call_id)
+            state = "gone" if call is None else call.state.value
+            if call is None or call.state not in CALL_TERMINAL - {CallState.CANCELLED} or (
+                _is_write(call) and wrong_outcome(facts, call)
+            ):
+                found.append(f"{r.plan.run_id}/{call_id}: in flight at the cancel, now {state}")
+    return found
+
+
+RESOLVED_AS = {"applied": CallState.SUCCEEDED, "not_applied": CallState.FAILED}
+
+
+def resolve_mismatches(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        calls = {c.call_id: c for c in r.calls}
+        for call_id, outcomes in r.people.resolutions.items():
+            call = calls.get(call_id)
+            expected = RESOLVED_AS.get(outcomes[-1])
+            if call is None or (expected is not None and call.state != expected) or (
+                call.state not in RESOLVED_AS.values() or wrong_outcome(facts, call)
+            ):
+                state = "gone" if call is None else call.state.value
+                found.append(f"{r.plan.run_id}/{call_id}: resolved {'/'.join(outcomes)}, "
+                             f"now {state}")
+        if r.plan.resolve != "no":
+            found += [f"{r.plan.run_id}/{c.call_id}: left unresolved" for c in r.calls
+                      if c.state == CallState.UNRESOLVED]
+    return found
+
+
 CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "lost_runs": lost_runs,
     "duplicate_writes": duplicate_writes,
@@ -156,6 +230,9 @@ CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "write_outcome_mismatches": write_outcome_mismatches,
     "calls_without_one_result": calls_without_one_result,
     "mispaired_results": mispaired_results,
+    "cancelled_calls_executed": cancelled_calls_executed,
+    "cancel_mismatches": cancel_mismatches,
+    "resolve_mismatches": resolve_mismatches,
 }
 """Every invariant by name; each must find nothing."""
 

@@ -14,6 +14,7 @@ from callgate.ops.chaos.invariants import (
     reservations_per_approved_call,
     settled,
 )
+from callgate.ops.chaos.people import PeopleStats
 from callgate.ops.chaos.recovery import Kill
 from callgate.states import RUN_PAUSED, RunState
 
@@ -44,6 +45,7 @@ def run_figures(facts: Facts) -> dict[str, Any]:
         "failed": ends["failed"],
         "handed_off": ends["handed_off"],
         "refused": ends["refused"],
+        "cancelled": ends["cancelled"],
         "lost": ends["lost"],
         "not_completed": dict(list(why.items())[:EXAMPLES]),
     }
@@ -80,6 +82,28 @@ def write_figures(facts: Facts) -> dict[str, Any]:
         "reserve_requests": sum(facts.reserve_requests.values()),
         "reservations": sum(facts.reservations.values()),
         "reconciled": reconciled,
+    }
+
+
+def people_figures(facts: Facts, stats: PeopleStats) -> dict[str, Any]:
+    """What people did, as the ledger recorded it: cancels applied (and the writes they found
+    in flight), refused (the run had ended), or never posted; resolutions applied by outcome."""
+    cancelled = [r for r in facts.runs if r.people.cancel_turn is not None]
+    writes = {(r.plan.run_id, c.call_id) for r in facts.runs for c in r.calls
+              if c.effect in ("write", "idempotent_write")}
+    resolved: Counter[str] = Counter(
+        outcome for r in facts.runs for outcomes in r.people.resolutions.values()
+        for outcome in outcomes
+    )
+    return {
+        "cancels_posted": stats.cancels_posted,
+        "cancelled": len(cancelled),
+        "writes_in_flight_at_cancel": sum(
+            (r.plan.run_id, c) in writes for r in cancelled for c in r.people.in_flight_at_cancel
+        ),
+        "cancels_refused": sum(r.people.cancels_refused for r in facts.runs),
+        "cancels_missed": stats.cancels_missed,
+        "resolved": {k: resolved[k] for k in ("applied", "not_applied", "recheck")},
     }
 
 
@@ -123,6 +147,14 @@ def invariant_lines(fig: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _people_lines(people: Mapping[str, Any]) -> list[str]:
+    return [
+        f"people      cancels posted {people['cancels_posted']} · applied {people['cancelled']}"
+        f" (writes in flight {people['writes_in_flight_at_cancel']}) · refused, run ended "
+        f"{people['cancels_refused']} · resolved {_pairs(people['resolved'])}"
+    ]
+
+
 def render(fig: Mapping[str, Any]) -> str:
     """The figures as a few lines of text."""
     runs, rec, writes = fig["runs"], fig["recovery_s"], fig["writes"]
@@ -130,7 +162,8 @@ def render(fig: Mapping[str, Any]) -> str:
     lines = [
         f"runs        submitted {runs['submitted']} · completed {runs['completed']} · paused "
         f"{paused} ({_pairs(runs['paused'])}) · failed {runs['failed']} · handed off "
-        f"{runs['handed_off']} · lost {runs['lost']} · dead letters {fig['dead_letters']}",
+        f"{runs['handed_off']} · cancelled {runs.get('cancelled', 0)} · lost {runs['lost']}"
+        f" · dead letters {fig['dead_letters']}",
         f"kills       {sum(fig['kills'].values())} ({_pairs(fig['kills'])})"
         f" · redis restarts {fig.get('redis_restarts', 0)} ({fig.get('redis_down_s', 0)} s down)"
         f" · model streams dropped {fig['model_drops']} of {fig['model_requests']}",
@@ -138,6 +171,7 @@ def render(fig: Mapping[str, Any]) -> str:
         f"{writes['reservations']} · reconciled after a lost answer {writes['reconciled']}"
         f" · reservations per approved call: {_pairs(fig['reservations_per_approved_call'])}",
         *([f"approvals   {_pairs(fig['approvals'])}"] if "approvals" in fig else []),
+        *(_people_lines(fig["people"]) if "people" in fig else []),
         f"recovery    p50 {rec['p50']} s · max {rec['max']} s over "
         f"{rec['kills_holding_work']} kills holding work · unrecovered {rec['unrecovered']}",
         *(f"            {kind}: p50 {r['p50']} s · max {r['max']} s ({r['kills']} kills)"

@@ -4,9 +4,10 @@ While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs work
 of every kind at random moments and restarts Redis once; the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
 mid-response.  The approver decides the approvals, except those a run's plan leaves to
-expire.  Kills go on until every run has settled (or for at most `KILL_TAIL_S` after the
-last submission, and until every kind was killed once); then every run must settle, and the
-invariants are checked (`invariants`).
+expire; the run's user cancels some runs, and a resolver settles the writes some runs' plans
+leave unresolved (`people`).  Kills go on until every run has settled (or for at most
+`KILL_TAIL_S` after the last submission, and until every kind was killed once); then every run
+must settle, and the invariants are checked (`invariants`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from callgate.ops.chaos.facts import expired_calls
 from callgate.ops.chaos.injector import Injector
-from callgate.ops.chaos.report import figures
+from callgate.ops.chaos.report import figures, people_figures
 from callgate.ops.chaos.session import Progress, Session, system_spec
 from callgate.ops.chaos.workload import plan_runs
 from callgate.ops.system import LocalSystem
@@ -52,17 +53,22 @@ def replicas(options: ChaosOptions) -> dict[str, int]:
 
 
 async def _submit_all(session: Session, injector: Injector, options: ChaosOptions) -> None:
-    """Submit at the planned rate; restart Redis (in the background) halfway through."""
+    """Submit at the planned rate, each planned cancel on its way right after its run;
+    restart Redis (in the background) halfway through."""
     restart: asyncio.Task[None] | None = None
+    cancels: list[asyncio.Task[None]] = []
     for i, plan in enumerate(session.plans):
         if options.redis_restart and i == len(session.plans) // 2:
             restart = asyncio.create_task(injector.restart_redis())
         await session.submit(plan)
+        if plan.cancel != "no":
+            cancels.append(asyncio.create_task(session.people.cancel(plan)))
         if i % 50 == 49:
             session.progress(f"submitted {i + 1}/{len(session.plans)}")
         await asyncio.sleep(1 / options.rate)
     if restart is not None:
         await restart
+    await asyncio.gather(*cancels)
 
 
 async def _under_faults(session: Session, injector: Injector, options: ChaosOptions) -> None:
@@ -73,6 +79,7 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
     await session.booking_faults({"reserve": reserve_fault})
     await session.travel_latency(TRAVEL_LATENCY_S)
     approver = asyncio.create_task(session.approver.run())
+    people = asyncio.create_task(session.people.run())
     stop_kills = asyncio.Event()
     killing = asyncio.create_task(injector.kill_until(stop_kills))
     await _submit_all(session, injector, options)
@@ -82,7 +89,8 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
     session.progress(f"faults over ({len(injector.faults.kills)} kills); waiting for every run")
     await session.wait_settled(run_ids, options.settle_timeout_s)
     session.approver.stop()
-    await approver
+    session.people.stop()
+    await asyncio.gather(approver, people)
     await injector.settle_trackers()
 
 
@@ -107,6 +115,7 @@ async def chaos_session(
         "approvals": {"approved": session.approver.stats.approved,
                       "denied": session.approver.stats.denied,
                       "expired": expired_calls(facts)},
+        "people": people_figures(facts, session.people.stats),
         "elapsed_s": round(time.monotonic() - started, 1),
     }  # fmt: skip
     return figures(facts, injector.faults.kills, extra)

@@ -1,6 +1,6 @@
-"""One chaos session: the system it runs on, submitting runs, the approver, waiting for the
-runs to settle, collecting the facts.  The random-fault run and the crash-point walk both
-drive one of these.
+"""One chaos session: the system it runs on, submitting runs, the approver and the other
+simulated people, waiting for the runs to settle, collecting the facts.  The random-fault run
+and the crash-point walk both drive one of these.
 """
 
 from __future__ import annotations
@@ -13,18 +13,23 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from callgate.auth.deployment import signer_of
+from callgate.auth.keyring import DEFAULT_PEOPLE
 from callgate.client import CallgateClient
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.approver import APPROVER, Approver
 from callgate.ops.chaos.common import REDIS_AWAY, text
-from callgate.ops.chaos.facts import Facts, collect, http_json
+from callgate.ops.chaos.facts import UNDER_WAY, Facts, collect, http_json
 from callgate.ops.chaos.invariants import settled
+from callgate.ops.chaos.people import RESOLVERS, USER, People
 from callgate.ops.chaos.recovery import ARQ_WORKERS, arq_serving
 from callgate.ops.chaos.workload import PlannedRun
 from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.states import CallState
 
 Progress = Callable[[str], None]
+ENDED_MID_TURN = frozenset({"cancelled", "failed", "handed_off"})
+"""Ends a run may reach while a write of its turn is still settling."""
 SUBMIT_LIMIT_S = 60.0
 POLL_S = 0.25
 READY_TIMEOUT_S = 60.0
@@ -44,7 +49,8 @@ def system_spec(
     replicas: Mapping[str, int], env: Mapping[str, str] | None = None, redis_url: str | None = None
 ) -> SystemSpec:
     """The whole system with its own Redis (AOF on, so it can be restarted) and the demo
-    services, the scripted model server, and ``replicas`` of the worker kinds."""
+    services, the scripted model server, and ``replicas`` of the worker kinds; the local
+    keyring gets alice too (no roles), the user every chaos run acts for, who cancels."""
     return SystemSpec(
         services=("travel", "booking"),
         scripted_model=True,
@@ -52,6 +58,7 @@ def system_spec(
         redis="private_aof",
         redis_url=redis_url,
         env={**CHAOS_ENV, **(env or {})},
+        people={**DEFAULT_PEOPLE, USER: []},
         grace_s=3.0,
     )
 
@@ -68,6 +75,8 @@ class Session:
         self.client = CallgateClient(self.settings)
         self.approver = Approver(self.redis, self.ledger, {p.run_id: p.decision for p in plans},
                                  signer_of(self.settings, APPROVER))
+        signers = {name: signer_of(self.settings, name) for name in (USER, *RESOLVERS)}
+        self.people = People(self.redis, self.ledger, plans, signers, self.booking_url)
 
     @property
     def booking_url(self) -> str | None:
@@ -100,7 +109,11 @@ class Session:
             await http_json("POST", f"{self.system.urls['travel']}/_config", body)
 
     async def submit(self, plan: PlannedRun) -> None:
-        """Enqueue the run, retrying while Redis is away (the run id makes it idempotent)."""
+        """Enqueue the run, retrying while Redis is away (the run id makes it idempotent); the
+        faults the booking service keeps for this run alone are armed first."""
+        faults = plan.booking_faults()
+        if faults is not None and self.booking_url is not None:
+            await http_json("POST", f"{self.booking_url}/_faults?run_id={plan.run_id}", faults)
         deadline = time.monotonic() + SUBMIT_LIMIT_S
         while True:
             try:
@@ -122,9 +135,26 @@ class Session:
         """The runs not yet at rest; while Redis is away, all of them."""
         try:
             found = await self.statuses(run_ids)
+            return [r for r, status in found.items()
+                    if not settled(status) or not await self._people_done(r, status)]
         except REDIS_AWAY:
             return list(run_ids)
-        return [r for r, status in found.items() if not settled(status)]
+
+    async def _people_done(self, run_id: str, status: str | None) -> bool:
+        """A settled run is at rest once its writes are: one in flight when the run ended
+        (cancelled, failed, handed off) has its outcome, a call the plan has a person resolve
+        is resolved."""
+        plan = self.people.plans.get(run_id)
+        people = plan is not None and (plan.cancel != "no" or plan.resolve != "no")
+        if not people and status not in ENDED_MID_TURN:
+            return True
+        run = await self.ledger.get_run(run_id)
+        calls = [] if run is None else await self.ledger.turn_calls(run_id, run.turn)
+        resolving = plan is not None and plan.resolve != "no"
+        if resolving and status == "paused_unknown_outcome":
+            return False  # a person resolves its call, and the run goes on
+        busy = UNDER_WAY | {CallState.UNRESOLVED} if resolving else UNDER_WAY
+        return not any(c.state in busy for c in calls)
 
     async def wait_settled(self, run_ids: Sequence[str], timeout_s: float) -> list[str]:
         """Wait until every run is at rest or ``timeout_s`` passed; return those that are not."""
@@ -144,6 +174,7 @@ class Session:
 
     async def close(self) -> None:
         self.approver.stop()
+        self.people.stop()
         await self.client.close()
         await self.ledger.aclose()
         await self.redis.aclose()

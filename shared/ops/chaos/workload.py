@@ -9,6 +9,12 @@ it uses, and so the effect kinds it exercises:
   some streams drop;
 * ``hold``     — an idempotent write (``hold_seat``), retried with its operation id.
 
+People act on a seeded share of runs (`people_plan`, from a generator of its own, so the mix
+above stays what the seed made it): the run's user cancels it at a random moment, or just as
+its write is in flight (that run's booking service answers slowly); or the write's answer is
+lost and every lookup of it fails, so it stays unresolved until a person resolves it — after
+looking at the booking service, as a human would — or asks for a recheck.
+
 The run id is fixed here (a session has its own key prefix, so ids never clash) and written into
 the run's input, so what the model received (the scripted server's request log) can be matched
 to its run.
@@ -17,7 +23,7 @@ to its run.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from callgate.records import Api
@@ -32,6 +38,22 @@ model is told so, whatever was killed meanwhile."""
 EXPIRE_TTL_S = 2.0
 """The approval TTL of a run whose approval is left to expire (others keep the default)."""
 Decision = Literal["approve", "deny", "expire"]
+Cancel = Literal["no", "at", "in_flight"]
+"""No cancel; a cancel `cancel_after_s` after submission; a cancel once a write is in flight."""
+Resolve = Literal["no", "truth", "recheck"]
+"""Nobody resolves; a person resolves as the booking service says; a person asks a recheck."""
+CANCEL_SHARE = 0.12
+"""Share of all runs their user cancels at a random moment (some have ended by then)."""
+CANCEL_WITHIN_S = 2.5
+IN_FLIGHT_SHARE = 0.12
+"""Share of runs with an approved or unapproved write that are cancelled mid-write."""
+IN_FLIGHT_DELAYS_S = (1.5, 6.0)
+"""How long the booking service sits on such a write (committed first): answered after the
+cancel, or after the tool's 5 s timeout (then reconciled)."""
+RESOLVE_SHARE = 0.3
+"""Share of approved reservations whose answer is lost and never found by lookups."""
+RECHECK_SHARE = 0.3
+"""Of those, the share a person sends back for a recheck (after lookups work again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +94,13 @@ class PlannedRun:
     decision: Decision = "approve"
     """What becomes of this run's approval, if it asks for one: the simulated approver
     approves or denies it, or leaves it to expire."""
+    cancel: Cancel = "no"
+    cancel_after_s: float = 0.0
+    resolve: Resolve = "no"
+    write_delay_s: float = 0.0
+    """``cancel == "in_flight"``: how long the booking service sits on the write."""
+    lost_reserve: Literal["commit_then_drop", "unreachable"] = "commit_then_drop"
+    """``resolve != "no"``: how the write's answer is lost (committed, or never arrived)."""
 
     @property
     def marker(self) -> str:
@@ -91,16 +120,44 @@ class PlannedRun:
             spec["approval_ttl_s"] = EXPIRE_TTL_S
         return spec
 
+    def booking_faults(self) -> dict[str, Any] | None:
+        """The faults the booking service keeps for this run alone (None: the session's)."""
+        if self.cancel == "in_flight":
+            slow = {"mode": "slow", "delay_s": self.write_delay_s, "commit": "before"}
+            return {"reserve": {**slow, "count": 1}}
+        if self.resolve != "no":
+            return {"reserve": {"mode": self.lost_reserve, "count": 1},
+                    "lookup": {"mode": "lookup_unknown"}}
+        return None
+
+
+def people_plan(plan: PlannedRun, rng: random.Random) -> PlannedRun:
+    """What people do to ``plan``: every draw is made, whatever it decides, so one run's plan
+    never shifts another's."""
+    cancel_at, after_s, in_flight, resolve, how, lost = (rng.random() for _ in range(6))
+    approved = plan.kind == "workshop" and plan.decision == "approve"
+    writes = approved or plan.kind == "hold"
+    if writes and in_flight < IN_FLIGHT_SHARE:
+        delay = IN_FLIGHT_DELAYS_S[int(how * len(IN_FLIGHT_DELAYS_S))]
+        return replace(plan, cancel="in_flight", write_delay_s=delay)
+    if approved and resolve < RESOLVE_SHARE:
+        plan = replace(plan, resolve="recheck" if how < RECHECK_SHARE else "truth",
+                       lost_reserve="unreachable" if lost < 0.4 else "commit_then_drop")
+    if cancel_at < CANCEL_SHARE:
+        plan = replace(plan, cancel="at", cancel_after_s=round(after_s * CANCEL_WITHIN_S, 2))
+    return plan
+
 
 def plan_runs(count: int, seed: int) -> list[PlannedRun]:
     """``count`` runs: kinds by weight, protocols in turn, approvals mostly approved."""
     rng = random.Random(seed)
+    people = random.Random(f"{seed}:people")
     names = list(KINDS)
     weights = [KINDS[n].weight for n in names]
     runs = []
     for i in range(count):
         kind = KINDS[rng.choices(names, weights)[0]]
-        runs.append(
+        runs.append(people_plan(
             PlannedRun(
                 run_id=f"chaos-{seed}-{i:04d}",
                 kind=kind.name,
@@ -109,8 +166,9 @@ def plan_runs(count: int, seed: int) -> list[PlannedRun]:
                 tool_modules=kind.tool_modules,
                 question=kind.question,
                 decision=_decision(rng.random()),
-            )
-        )
+            ),
+            people,
+        ))
     return runs
 
 
