@@ -193,8 +193,8 @@ async def test_illegal_transitions_raise_before_any_io(keys: Keys, settings: Set
     with pytest.raises(TransitionError) as caught:
         ledger.call_transition(tx, "run-1", "c", [C.EXECUTING, C.SUCCEEDED], C.UNKNOWN)
     assert "succeeded" in str(caught.value) and "unknown" in str(caught.value)
-    with pytest.raises(TransitionError, match="completed -> awaiting_model"):
-        ledger.run_transition(tx, "run-1", R.COMPLETED, R.AWAITING_MODEL)
+    with pytest.raises(TransitionError, match="failed -> awaiting_model"):
+        ledger.run_transition(tx, "run-1", R.FAILED, R.AWAITING_MODEL)
     with pytest.raises(ValueError, match="no field"):
         ledger.call_transition(tx, "run-1", "c", C.EXECUTING, C.FAILED, {"bogus": 1})
     assert tx.guards == [] and tx.ops == 0 and tx.keys == []
