@@ -1,6 +1,7 @@
 """`callgate chaos` end to end, as a user runs it: the whole system as real processes, random
 SIGKILLs of every worker kind, a Redis restart, lost booking answers, dropped model streams,
-people cancelling runs (one mid-write) and resolving unknown outcomes — and every invariant at
+people cancelling runs (one mid-write), resolving unknown outcomes and replying to runs (a
+follow-up turn, some sent while the run is busy) — and every invariant at
 its required value.  Then the crash-point walk: every boundary of every
 worker, for every effect kind, crashed once and recovered from."""
 
@@ -34,7 +35,8 @@ def test_a_small_chaos_run_keeps_every_invariant() -> None:
     code, fig, log = chaos("--runs", "24", "--seed", "10", "--kill-every", "1.0", timeout_s=280)
     promised = {"runs", "kills", "lost_runs", "duplicate_writes", "calls_without_one_result",
                 "mispaired_results", "recovery_s", "people", "cancelled_calls_executed",
-                "cancel_mismatches", "resolve_mismatches"}  # fmt: skip
+                "cancel_mismatches", "resolve_mismatches", "replies_not_applied_once",
+                "replies_to_unfinished_runs", "replied_runs_unsettled"}  # fmt: skip
     assert promised <= set(fig)
     assert fig["runs"]["submitted"] == 24
     assert set(fig["kills"]) == set(WORKERS), fig["kills"]  # every kind was SIGKILLed
@@ -45,6 +47,7 @@ def test_a_small_chaos_run_keeps_every_invariant() -> None:
     people = fig["people"]
     assert people["cancelled"] > 0 and people["writes_in_flight_at_cancel"] > 0, people
     assert sum(people["resolved"].values()) > 0, people
+    assert people["replies"]["sent"] == 4 and people["replies"]["admitted"] > 0, people
     for name in CHECKS:
         assert fig[name] == 0, (name, fig["violations"], log[-2000:])
     assert set(fig["reservations_per_approved_call"]) <= {"0", "1"}

@@ -18,14 +18,17 @@ from callgate.ops.chaos.facts import (
     Facts,
     PeopleFacts,
     RunFacts,
+    SentReply,
     latest_conversations,
     people_facts,
     terminal_transitions,
 )
 from callgate.ops.chaos.invariants import check_all, reservations_per_approved_call, told
 from callgate.ops.chaos.report import figures, render
-from callgate.ops.chaos.workload import EXPIRE_TTL_S, plan_runs
+from callgate.ops.chaos.workload import EXPIRE_TTL_S, FOLLOW_UP, plan_runs
 from callgate.records import CallRecord, Event, RunRecord, error_result, ok_result
+from callgate.standins.scripted.history import Conversation, ToolResult
+from callgate.standins.scripted.scenario import load_scenario, select_step
 from callgate.states import CallState, RunState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,17 +56,19 @@ def facts(
     created: dict[str, int] | None = None,
     people: PeopleFacts | None = None,
     turns_received: int = 1,
+    sent: tuple[SentReply, ...] = (),
+    final_text: str | None = None,
 ) -> Facts:
     calls = (call(),) if calls is None else calls
     run = RunRecord(run_id=PLAN.run_id, api=PLAN.api, model=PLAN.scenario, input="x",
-                    status=status, turn=2)  # fmt: skip
-    sent = {c.provider_call_id: (orjson.dumps(told(c.result)).decode(),)
+                    status=status, turn=2, final_text=final_text)  # fmt: skip
+    got = {c.provider_call_id: (orjson.dumps(told(c.result)).decode(),)
             for c in calls if c.result}  # fmt: skip
     run_facts = RunFacts(
         plan=PLAN, run=run, calls=calls,
         outcomes_recorded={c.call_id: 1 for c in calls} if outcomes is None else outcomes,
-        received=sent if received is None else received, turns_received=turns_received,
-        people=people or PeopleFacts(),
+        received=got if received is None else received, turns_received=turns_received,
+        people=people or PeopleFacts(), sent=sent,
     )  # fmt: skip
     return Facts(
         runs=(run_facts,),
@@ -249,3 +254,84 @@ def test_people_act_on_a_seeded_share_without_changing_the_mix() -> None:
             assert faults is not None and faults["lookup"] == {"mode": "lookup_unknown"}
         else:
             assert faults is None
+
+
+ADMITTED = SentReply("reply-1", "reject", "admitted")
+REPLIED = PeopleFacts(replies={"reply-1": ("completed",)}, reply_turn=3)
+
+
+def replied(**kw: Any) -> Facts:
+    """A run that took reply-1 and answered it (the follow-up request had two assistant turns)."""
+    base: dict[str, Any] = dict(people=REPLIED, sent=(ADMITTED,), turns_received=2,
+                                final_text=f"You asked: {PLAN.reply_text} Nothing else changed.")
+    base.update(kw)
+    return facts(**base)
+
+
+@pytest.mark.parametrize(
+    ("made", "name"),
+    [
+        (replied(sent=()), "replies_not_applied_once"),
+        (replied(people=replace(REPLIED, replies={"reply-1": ("completed", "completed")})),
+         "replies_not_applied_once"),
+        (replied(people=PeopleFacts()), "replies_not_applied_once"),
+        (facts(people=REPLIED, sent=(SentReply("reply-1", "reject", "refused"),),
+               turns_received=2, final_text=FOLLOW_UP), "replies_not_applied_once"),
+        (replied(people=replace(REPLIED, replies={"reply-1": ("cancelled",)})),
+         "replies_to_unfinished_runs"),
+        (replied(status=RunState.AWAITING_MODEL), "replied_runs_unsettled"),
+        (replied(turns_received=1), "replied_runs_unsettled"),
+        (replied(final_text="Reservation: ok"), "replied_runs_unsettled"),
+    ],
+)
+def test_each_reply_breakage_is_caught_by_its_invariant(made: Facts, name: str) -> None:
+    found = broken(check_all(made))
+    assert name in found and found - {name} <= {"lost_runs"}
+
+
+def test_a_sound_reply_passes_and_a_refused_or_waiting_one_changes_nothing() -> None:
+    assert broken(check_all(replied())) == set()
+    for verdict in ("refused", "none"):
+        refused = facts(status=RunState.CANCELLED, sent=(SentReply("r", "reject", verdict),))
+        assert broken(check_all(refused)) == set()
+    cancelled_after = replied(status=RunState.CANCELLED, final_text=None, turns_received=0)
+    assert broken(check_all(cancelled_after)) == set(), "a cancel after the reply is an end"
+    figs = figures(replied(), [], {"people": {}})
+    assert figs["ok"] is True
+
+
+def test_reply_facts_replay_the_status_before_each_reply() -> None:
+    kinds = [("run.transition", {"to": "completed", "turn": 2}),
+             ("run.transition", {"to": "awaiting_model", "turn": 2}),
+             ("run.reply", {"reply_id": "reply-1", "turn": 3}),
+             ("run.transition", {"to": "cancelled", "turn": 3})]  # fmt: skip
+    events = [Event(id=f"{i}-0", t_ms=0, type=t, data=d) for i, (t, d) in enumerate(kinds)]
+    found = people_facts(events)
+    assert found.replies == {"reply-1": ("completed",)} and found.reply_turn == 3
+    assert found.cancel_turn == 3
+
+
+def test_replies_are_planned_on_a_seeded_share_without_changing_the_rest() -> None:
+    plans = plan_runs(200, 1)
+    after = sum(p.reply == "after" for p in plans)
+    busy = [p for p in plans if p.reply == "busy"]
+    assert 10 <= after <= 35 and 3 <= len(busy) <= 20
+    assert all(0 <= p.reply_after_s <= 1.0 and p.reply_policy == "enqueue" for p in busy)
+    bare = [replace(p, reply="no", reply_after_s=0.0) for p in plans]
+    assert [(p.kind, p.decision, p.cancel, p.resolve) for p in bare] == [
+        (p.kind, p.decision, p.cancel, p.resolve) for p in plans
+    ]
+    assert PLAN.marker in PLAN.reply_text and FOLLOW_UP in PLAN.reply_text
+
+
+@pytest.mark.parametrize("name", ["chaos-travel", "chaos-workshop", "chaos-hold", "chaos-reserve"])
+def test_every_chaos_scenario_answers_a_follow_up_turn(name: str) -> None:
+    """The request for a follow-up turn (two assistant turns, every earlier result) picks the
+    follow-up step, never "no step matches" nor an earlier step's answer."""
+    scenario = load_scenario(name, [ROOT / "shared" / "standins" / "scenarios"])
+    assert scenario is not None
+    tools = {c.name for s in scenario.steps for c in s.tool_calls}
+    results = tuple(ToolResult(call_id=f"call_{t}", name=t, content="{}") for t in tools)
+    conv = Conversation(assistant_turns=2, results=results, last_user_text=PLAN.reply_text)
+    step = select_step(scenario, conv)
+    assert step is not None and scenario.steps[step].name == "follow-up"

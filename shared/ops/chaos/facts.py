@@ -3,7 +3,7 @@ sides once the runs have settled (I/O only; the checks are `callgate.ops.chaos.i
 
 * the ledger: every run record, every call record, every call's transitions in the event log,
   and what people did (a cancel applied or refused, where each call was at the cancel, each
-  resolution);
+  resolution, each reply admitted and where the run stood before it);
 * the booking service (the system of record for writes): requests and reservations created
   per operation id;
 * the scripted model server: what the model actually received — for each run, the tool
@@ -53,6 +53,22 @@ class PeopleFacts:
     cancels_refused: int = 0
     resolutions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Call id → the resolutions applied to it (applied, not_applied, recheck), in order."""
+    replies: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Reply id → for each ``run.reply`` event under it, the status the log last recorded for
+    the run before that reply's own transition (``completed`` is the only right one)."""
+    reply_turn: int | None = None
+    """The turn the latest admitted reply opened."""
+
+
+@dataclass(frozen=True)
+class SentReply:
+    """A reply the session's user sent, and the verdict callgate gave it."""
+
+    reply_id: str
+    policy: str
+    verdict: str
+    """``admitted``, ``refused``, or ``none`` (no verdict: an enqueued reply to a run that
+    never completed again still waits)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,7 @@ class RunFacts:
     turns_received: int
     """Assistant turns in that request: the calls of turns up to this must all be answered."""
     people: PeopleFacts = field(default_factory=PeopleFacts)
+    sent: tuple[SentReply, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,9 +132,25 @@ UNDER_WAY = frozenset({CallState.EXECUTING, CallState.UNKNOWN, CallState.RECONCI
 IN_FLIGHT = UNDER_WAY | {CallState.UNRESOLVED}
 
 
+def reply_facts(events: Sequence[Any]) -> tuple[dict[str, tuple[str, ...]], int | None]:
+    """Replay the log: each reply id admitted → the status the run had before it (the one
+    before the reply's own transition), per admission; the turn the latest reply opened."""
+    statuses: list[str | None] = [None, None]
+    replies: dict[str, tuple[str, ...]] = {}
+    turn: int | None = None
+    for event in events:
+        if event.type == "run.transition":
+            statuses = [statuses[1], str(event.data.get("to"))]
+        elif event.type == "run.reply":
+            reply_id = str(event.data.get("reply_id"))
+            replies[reply_id] = (*replies.get(reply_id, ()), str(statuses[0]))
+            turn = int(event.data.get("turn") or 0)
+    return replies, turn
+
+
 def people_facts(events: Sequence[Any]) -> PeopleFacts:
-    """Replay the log: where each call stood when the run was cancelled, and every
-    resolution and refused cancel."""
+    """Replay the log: where each call stood when the run was cancelled, every resolution and
+    refused cancel, and the replies admitted."""
     at: dict[str, str] = {}
     cancel_turn: int | None = None
     in_flight: tuple[str, ...] = ()
@@ -135,7 +168,7 @@ def people_facts(events: Sequence[Any]) -> PeopleFacts:
         elif event.type == "call.resolved":
             call_id = str(data.get("call_id"))
             resolutions[call_id] = (*resolutions.get(call_id, ()), str(data.get("outcome")))
-    return PeopleFacts(cancel_turn, in_flight, refused, resolutions)
+    return PeopleFacts(cancel_turn, in_flight, refused, resolutions, *reply_facts(events))
 
 
 def terminal_transitions(events: Sequence[Any]) -> dict[str, int]:
@@ -146,7 +179,9 @@ def terminal_transitions(events: Sequence[Any]) -> dict[str, int]:
     return dict(counts)
 
 
-async def run_facts(ledger: Ledger, plan: PlannedRun, conv: Conversation | None) -> RunFacts:
+async def run_facts(
+    ledger: Ledger, plan: PlannedRun, conv: Conversation | None, sent: Sequence[SentReply] = ()
+) -> RunFacts:
     run = await ledger.get_run(plan.run_id)
     calls: list[CallRecord] = []
     outcomes: dict[str, int] = {}
@@ -159,7 +194,7 @@ async def run_facts(ledger: Ledger, plan: PlannedRun, conv: Conversation | None)
     for result in conv.results if conv is not None else ():
         received[result.call_id] = (*received.get(result.call_id, ()), result.content)
     turns = conv.assistant_turns if conv is not None else 0
-    return RunFacts(plan, run, tuple(calls), outcomes, received, turns, people)
+    return RunFacts(plan, run, tuple(calls), outcomes, received, turns, people, tuple(sent))
 
 
 async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:
@@ -167,11 +202,14 @@ async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:
 
 
 async def collect(
-    ledger: Ledger, plans: Sequence[PlannedRun], booking_url: str | None, model_url: str
+    ledger: Ledger, plans: Sequence[PlannedRun], booking_url: str | None, model_url: str,
+    sent: Mapping[str, Sequence[SentReply]] | None = None,
 ) -> Facts:
     log: list[dict[str, Any]] = await http_json("GET", f"{model_url}/_log")
     conversations = latest_conversations(log)
-    runs = [await run_facts(ledger, p, conversations.get(p.run_id)) for p in plans]
+    sent = sent or {}
+    runs = [await run_facts(ledger, p, conversations.get(p.run_id), sent.get(p.run_id, ()))
+            for p in plans]
     reserve: dict[str, Any] = {}
     if booking_url is not None:
         reserve = (await http_json("GET", f"{booking_url}/_stats"))["reserve"]

@@ -25,7 +25,18 @@ what broke.  Required values: every list empty.
   true outcome (terminal, and succeeded exactly when the service holds its reservation);
 * resolve mismatch — a call a person resolved whose recorded outcome is not the booking
   service's (applied ⇔ the reservation exists), or a call left unresolved in a run whose plan
-  has a person resolve it.
+  has a person resolve it;
+* reply not applied once — a reply the session sent that was admitted without exactly one
+  ``run.reply`` event under its id, one refused (or still waiting) with any, or a reply id in
+  a run's log that the session never sent;
+* reply to an unfinished run — a reply applied when the log's last status for the run was not
+  ``completed`` (a ``reject`` reply to a run that was busy, cancelled or failed is refused; an
+  ``enqueue`` one waits for the run to complete);
+* replied run unsettled — a run that took a reply and did not end at rest, or ended
+  ``completed`` without the model having been asked the follow-up turn (its latest request
+  the follow-up, so the result checks above hold the earlier turns' results, paired by call
+  id, in that request) and answered it.  A run may also end otherwise after a reply (a cancel,
+  an unknown outcome…): those are ends like any other.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ from typing import Any
 import orjson
 
 from callgate.ops.chaos.facts import Facts, RunFacts
+from callgate.ops.chaos.workload import FOLLOW_UP
 from callgate.records import CallRecord, ErrorResult, OkResult
 from callgate.states import CALL_TERMINAL, RUN_TERMINAL, CallState, RunState
 
@@ -223,6 +235,46 @@ def resolve_mismatches(facts: Facts) -> list[str]:
     return found
 
 
+def replies_not_applied_once(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        applied = r.people.replies
+        sent = {s.reply_id: s for s in r.sent}
+        found += [f"{r.plan.run_id}/{i}: applied, never sent" for i in applied if i not in sent]
+        for reply in r.sent:
+            times = len(applied.get(reply.reply_id, ()))
+            if times != (1 if reply.verdict == "admitted" else 0):
+                found.append(f"{r.plan.run_id}/{reply.reply_id} ({reply.policy}): "
+                             f"{reply.verdict}, applied {times} times")
+    return found
+
+
+def replies_to_unfinished_runs(facts: Facts) -> list[str]:
+    return [
+        f"{r.plan.run_id}/{reply_id}: applied to a run that was {status}"
+        for r in facts.runs
+        for reply_id, before in r.people.replies.items()
+        for status in before
+        if status != RunState.COMPLETED
+    ]
+
+
+def replied_runs_unsettled(facts: Facts) -> list[str]:
+    found = []
+    for r in facts.runs:
+        turn = r.people.reply_turn
+        if turn is None:
+            continue
+        status = "no record" if r.run is None else r.run.status.value
+        if r.run is None or not settled(r.run.status):
+            found.append(f"{r.plan.run_id}: {status} after a reply")
+        elif r.run.status == RunState.COMPLETED and r.turns_received < turn - 1:
+            found.append(f"{r.plan.run_id}: completed, the model never asked turn {turn}")
+        elif r.run.status == RunState.COMPLETED and FOLLOW_UP not in (r.run.final_text or ""):
+            found.append(f"{r.plan.run_id}: completed without answering the follow-up")
+    return found
+
+
 CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "lost_runs": lost_runs,
     "duplicate_writes": duplicate_writes,
@@ -233,6 +285,9 @@ CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "cancelled_calls_executed": cancelled_calls_executed,
     "cancel_mismatches": cancel_mismatches,
     "resolve_mismatches": resolve_mismatches,
+    "replies_not_applied_once": replies_not_applied_once,
+    "replies_to_unfinished_runs": replies_to_unfinished_runs,
+    "replied_runs_unsettled": replied_runs_unsettled,
 }
 """Every invariant by name; each must find nothing."""
 

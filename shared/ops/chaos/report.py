@@ -104,7 +104,16 @@ def people_figures(facts: Facts, stats: PeopleStats) -> dict[str, Any]:
         "cancels_refused": sum(r.people.cancels_refused for r in facts.runs),
         "cancels_missed": stats.cancels_missed,
         "resolved": {k: resolved[k] for k in ("applied", "not_applied", "recheck")},
+        "replies": reply_figures(facts),
     }
+
+
+def reply_figures(facts: Facts) -> dict[str, int]:
+    """Replies sent (by policy), and their verdicts: admitted, refused, none (still waiting)."""
+    sent = [s for r in facts.runs for s in r.sent]
+    counts: Counter[str] = Counter(s.verdict for s in sent)
+    return {"sent": len(sent), "enqueued": sum(s.policy == "enqueue" for s in sent),
+            **{k: counts[k] for k in ("admitted", "refused", "none")}}
 
 
 def figures(facts: Facts, kills: Sequence[Kill], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,8 +160,14 @@ def _people_lines(people: Mapping[str, Any]) -> list[str]:
     return [
         f"people      cancels posted {people['cancels_posted']} · applied {people['cancelled']}"
         f" (writes in flight {people['writes_in_flight_at_cancel']}) · refused, run ended "
-        f"{people['cancels_refused']} · resolved {_pairs(people['resolved'])}"
+        f"{people['cancels_refused']} · resolved {_pairs(people['resolved'])}",
+        *([f"            replies {_replies(people['replies'])}"] if "replies" in people else []),
     ]
+
+
+def _replies(replies: Mapping[str, int]) -> str:
+    return (f"{replies['sent']} (enqueued {replies['enqueued']}) · admitted "
+            f"{replies['admitted']} · refused {replies['refused']} · no verdict {replies['none']}")
 
 
 def render(fig: Mapping[str, Any]) -> str:

@@ -53,7 +53,7 @@ def replicas(options: ChaosOptions) -> dict[str, int]:
 
 
 async def _submit_all(session: Session, injector: Injector, options: ChaosOptions) -> None:
-    """Submit at the planned rate, each planned cancel on its way right after its run;
+    """Submit at the planned rate, each planned cancel and reply on its way right after its run;
     restart Redis (in the background) halfway through."""
     restart: asyncio.Task[None] | None = None
     cancels: list[asyncio.Task[None]] = []
@@ -63,6 +63,7 @@ async def _submit_all(session: Session, injector: Injector, options: ChaosOption
         await session.submit(plan)
         if plan.cancel != "no":
             cancels.append(asyncio.create_task(session.people.cancel(plan)))
+        session.replier.start(plan)
         if i % 50 == 49:
             session.progress(f"submitted {i + 1}/{len(session.plans)}")
         await asyncio.sleep(1 / options.rate)
@@ -90,6 +91,7 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
     await session.wait_settled(run_ids, options.settle_timeout_s)
     session.approver.stop()
     session.people.stop()
+    await session.replier.stop()
     await asyncio.gather(approver, people)
     await injector.settle_trackers()
 

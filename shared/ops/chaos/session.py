@@ -23,6 +23,7 @@ from callgate.ops.chaos.facts import UNDER_WAY, Facts, collect, http_json
 from callgate.ops.chaos.invariants import settled
 from callgate.ops.chaos.people import RESOLVERS, USER, People
 from callgate.ops.chaos.recovery import ARQ_WORKERS, arq_serving
+from callgate.ops.chaos.replies import Replier
 from callgate.ops.chaos.workload import PlannedRun
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.states import CallState
@@ -77,6 +78,7 @@ class Session:
                                  signer_of(self.settings, APPROVER))
         signers = {name: signer_of(self.settings, name) for name in (USER, *RESOLVERS)}
         self.people = People(self.redis, self.ledger, plans, signers, self.booking_url)
+        self.replier = Replier(self.client, self.ledger)
 
     @property
     def booking_url(self) -> str | None:
@@ -143,8 +145,10 @@ class Session:
     async def _people_done(self, run_id: str, status: str | None) -> bool:
         """A settled run is at rest once its writes are: one in flight when the run ended
         (cancelled, failed, handed off) has its outcome, a call the plan has a person resolve
-        is resolved."""
+        is resolved, a reply planned for it is sent and judged."""
         plan = self.people.plans.get(run_id)
+        if plan is not None and plan.reply != "no" and run_id not in self.replier.done:
+            return False
         people = plan is not None and (plan.cancel != "no" or plan.resolve != "no")
         if not people and status not in ENDED_MID_TURN:
             return True
@@ -170,11 +174,13 @@ class Session:
             await asyncio.sleep(POLL_S)
 
     async def facts(self) -> Facts:
-        return await collect(self.ledger, self.plans, self.booking_url, self.system.urls["model"])
+        return await collect(self.ledger, self.plans, self.booking_url, self.system.urls["model"],
+                             self.replier.sent)
 
     async def close(self) -> None:
         self.approver.stop()
         self.people.stop()
+        await self.replier.stop()
         await self.client.close()
         await self.ledger.aclose()
         await self.redis.aclose()

@@ -15,6 +15,11 @@ its write is in flight (that run's booking service answers slowly); or the write
 lost and every lookup of it fails, so it stays unresolved until a person resolves it — after
 looking at the booking service, as a human would — or asks for a recheck.
 
+The run's user also replies to a seeded share of runs (`reply_plan`, a generator of its own
+again): once the run has settled (policy ``reject``: admitted only if it completed), or while
+it is still busy (policy ``enqueue``: admitted once it completes).  The scenarios answer such a
+follow-up turn (``assistant_turns: 2``), echoing the user's text.
+
 The run id is fixed here (a session has its own key prefix, so ids never clash) and written into
 the run's input, so what the model received (the scripted server's request log) can be matched
 to its run.
@@ -54,6 +59,15 @@ RESOLVE_SHARE = 0.3
 """Share of approved reservations whose answer is lost and never found by lookups."""
 RECHECK_SHARE = 0.3
 """Of those, the share a person sends back for a recheck (after lookups work again)."""
+Reply = Literal["no", "after", "busy"]
+"""No reply; a ``reject`` reply once the run has settled; an ``enqueue`` reply while busy."""
+REPLY_SHARE = 0.1
+"""Share of runs their user replies to once they have settled (policy reject)."""
+ENQUEUE_SHARE = 0.05
+"""Share of runs their user replies to while they are busy (policy enqueue)."""
+BUSY_WITHIN_S = 1.0
+"""An enqueued reply is sent within this long after submission."""
+FOLLOW_UP = "Thanks! Anything else I should know?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +115,22 @@ class PlannedRun:
     """``cancel == "in_flight"``: how long the booking service sits on the write."""
     lost_reserve: Literal["commit_then_drop", "unreachable"] = "commit_then_drop"
     """``resolve != "no"``: how the write's answer is lost (committed, or never arrived)."""
+    reply: Reply = "no"
+    reply_after_s: float = 0.0
+    """``reply == "busy"``: when the enqueued reply is sent, after submission."""
 
     @property
     def marker(self) -> str:
         return f"[chaos {self.run_id}]"
+
+    @property
+    def reply_policy(self) -> Literal["reject", "enqueue"]:
+        return "enqueue" if self.reply == "busy" else "reject"
+
+    @property
+    def reply_text(self) -> str:
+        """The follow-up input (with the marker, so the model's request is matched to its run)."""
+        return f"{self.marker} {FOLLOW_UP}"
 
     def spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -148,16 +174,27 @@ def people_plan(plan: PlannedRun, rng: random.Random) -> PlannedRun:
     return plan
 
 
+def reply_plan(plan: PlannedRun, rng: random.Random) -> PlannedRun:
+    """Whether the run's user replies to ``plan`` (both draws are always made)."""
+    which, after_s = rng.random(), rng.random()
+    if which < REPLY_SHARE:
+        return replace(plan, reply="after")
+    if which < REPLY_SHARE + ENQUEUE_SHARE:
+        return replace(plan, reply="busy", reply_after_s=round(after_s * BUSY_WITHIN_S, 2))
+    return plan
+
+
 def plan_runs(count: int, seed: int) -> list[PlannedRun]:
     """``count`` runs: kinds by weight, protocols in turn, approvals mostly approved."""
     rng = random.Random(seed)
     people = random.Random(f"{seed}:people")
+    replies = random.Random(f"{seed}:replies")
     names = list(KINDS)
     weights = [KINDS[n].weight for n in names]
     runs = []
     for i in range(count):
         kind = KINDS[rng.choices(names, weights)[0]]
-        runs.append(people_plan(
+        runs.append(reply_plan(people_plan(
             PlannedRun(
                 run_id=f"chaos-{seed}-{i:04d}",
                 kind=kind.name,
@@ -168,7 +205,7 @@ def plan_runs(count: int, seed: int) -> list[PlannedRun]:
                 decision=_decision(rng.random()),
             ),
             people,
-        ))
+        ), replies))
     return runs
 
 
