@@ -8,7 +8,8 @@ deployment lets act for the run's identity; the sender is recorded.
 
 While the run is busy a reply follows its recorded policy: ``reject`` (the job fails with a
 conflict, nothing changes) or ``enqueue`` (the job waits and is admitted when the run next
-completes, after the input it is answering — never while a call is in flight).  Each reply id
+completes, after the input it is answering — never while a call is in flight; a run that ended
+otherwise refuses it at once).  Each reply id
 is admitted at most once, however often its job runs.
 """
 
@@ -27,7 +28,7 @@ from callgate.jobs import ReplyJob
 from callgate.ledger.steps import items_json
 from callgate.logs import log_fields
 from callgate.providers import get_adapter
-from callgate.states import RunState
+from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.service import Runtime
 
 log = logging.getLogger("callgate.conversation")
@@ -69,7 +70,8 @@ async def reply_run(ctx: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     if await rt.ledger.applied_once(job.run_id, reply_key(job.reply_id)):
         return {"run_id": job.run_id, "admitted": False, "detail": "admitted already"}
     if run.status != RunState.COMPLETED:
-        if job.policy == "enqueue" and int(ctx.get("job_try", 1)) < ENQUEUED_MAX_TRIES:
+        live = run.status not in RUN_TERMINAL  # an ended run will not complete: say so now
+        if job.policy == "enqueue" and live and int(ctx.get("job_try", 1)) < ENQUEUED_MAX_TRIES:
             raise Retry(defer=ENQUEUED_RECHECK_S)
         raise RunBusyError(job.run_id, f"run {job.run_id} is {run.status.value}: a reply is "
                            "taken only when it has completed (or send it with --policy enqueue)")
