@@ -63,8 +63,8 @@ class TxRejectedError(CallgateError):
 class ConflictError(CallgateError):
     """Somebody else already made this transition; the loser must not act."""
 
-    def __init__(self, what: str, actual: str | None) -> None:
-        super().__init__(f"{what}: already taken (found {actual!r})")
+    def __init__(self, what: str, actual: str | None, message: str | None = None) -> None:
+        super().__init__(message or f"{what}: already taken (found {actual!r})")
         self.what = what
         self.actual = actual
 
@@ -75,10 +75,8 @@ class SpecConflictError(ConflictError):
     existing run is untouched.  Never retried: the same job would conflict again."""
 
     def __init__(self, run_id: str, detail: str | None = None) -> None:
-        CallgateError.__init__(self, detail or f"run {run_id} exists with a different spec "
-                               "or identity; submit the new spec under a new run id")
-        self.what = f"run {run_id}"
-        self.actual = None
+        super().__init__(f"run {run_id}", None, detail or f"run {run_id} exists with a "
+                         "different spec or identity; submit the new spec under a new run id")
         self.run_id = run_id
 
 
@@ -88,9 +86,7 @@ class RunBusyError(ConflictError):
     or with the ``enqueue`` policy."""
 
     def __init__(self, run_id: str, detail: str) -> None:
-        CallgateError.__init__(self, detail)
-        self.what = f"run {run_id}"
-        self.actual = None
+        super().__init__(f"run {run_id}", None, detail)
 
 
 class NotFoundError(CallgateError):
