@@ -47,3 +47,18 @@ def signed_job(spec: dict[str, Any], run_id: str, signer: str = "local") -> dict
     key = LocalKeyring(Path(os.environ["CALLGATE_HOME"])).signer(signer)
     token = sign_submission(key, run_id=run_id, spec=spec)
     return StartJob(spec=spec, token=token).model_dump(exclude_none=True)
+
+
+def run_spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
+    """A valid run spec acting for alice, allowed the train and weather tools; ``run_id`` and
+    ``changes`` are set on it, a change to ``None`` leaves that field out."""
+    data: dict[str, Any] = {
+        "api": "openai-responses",
+        "model": "travel-demo",
+        "input": "Is my train G1234 on 2026-12-20 on time?",
+        "identity": {"user": "alice"},
+        "allowed_tools": ["get_train_status", "get_weather"],
+        "run_id": run_id,
+    }
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}

@@ -1,4 +1,5 @@
-"""Slack interactions built the way Slack sends them, for the bot's tests.
+"""Slack interactions built the way Slack sends them, for the bot's tests, and the bot serving
+them over loopback HTTP.
 
 A click is a form-encoded ``payload=`` JSON body (``block_actions``), signed with v0
 HMAC-SHA256 over ``v0:{timestamp}:{body}`` in X-Slack-Request-Timestamp / X-Slack-Signature.
@@ -9,11 +10,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 import orjson
+import redis.asyncio as aioredis
+
+from callgate.config import Settings
+from callgate.slack.bot import EVENTS_PATH, SlackBot
+from callgate.slack.settings import SlackSettings
+from callgate.standins.fake_slack import FakeSlack
+
+TOKEN = "xoxb-test-bot-token-4242"
+SECRET = "test-signing-secret-8e1f"
+CHANNEL = "C0APPROVALS"
 
 
 def button_value(message: dict[str, Any], action_id: str) -> str:
@@ -63,3 +76,28 @@ async def send_click(
         url, data=body, headers=headers
     ) as resp:
         return resp.status
+
+
+@asynccontextmanager
+async def fake_slack() -> AsyncIterator[FakeSlack]:
+    """The fake Slack Web API on loopback, accepting the bot token `TOKEN`."""
+    server = FakeSlack(token=TOKEN)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@asynccontextmanager
+async def serving_bot(
+    settings: Settings, slack: SlackSettings, redis: aioredis.Redis
+) -> AsyncIterator[tuple[SlackBot, str]]:
+    """The bot serving HTTP in-process, and its events URL; tests drive its consumer with
+    run_burst."""
+    app = SlackBot(settings, slack, redis)
+    port = await app.start(consume=False)
+    try:
+        yield app, f"http://127.0.0.1:{port}{EVENTS_PATH}"
+    finally:
+        await app.stop()

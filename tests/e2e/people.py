@@ -1,12 +1,13 @@
-"""What the people-in-the-loop e2e tests share: a whole deployment, its services over HTTP,
-waiting on a run's observable state, and carol's signed approval."""
+"""What the people-in-the-loop e2e tests share: a whole deployment, a client of it with its
+stand-ins reset, its services over HTTP, waiting on a run's observable state, and carol's
+signed approval."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -29,6 +30,17 @@ def deployment(redis_server: EmbeddedRedis, services: tuple[str, ...],
                       env=dict(env or {}), grace_s=3.0)
     with LocalSystem(spec) as running:
         yield running
+
+
+@contextlib.asynccontextmanager
+async def connected(
+    system: LocalSystem, reset: tuple[str, ...] = ()
+) -> AsyncIterator[CallgateClient]:
+    """A client of ``system``, once the stand-ins named in ``reset`` have forgotten past tests."""
+    for service in reset:
+        await http(system, service, "POST", "/_reset")
+    async with CallgateClient(system.settings) as client:
+        yield client
 
 
 async def http(system: LocalSystem, service: str, method: str, path: str, body: Any = None) -> Any:

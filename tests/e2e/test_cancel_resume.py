@@ -23,7 +23,7 @@ from callgate.decisions.desk import ApprovalDesk
 from callgate.ops.control_cli import control
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, deployment, http, status, until
+from tests.e2e.people import APIS, approve, connected, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,7 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    for service in ("booking", "model"):
-        await http(system, service, "POST", "/_reset")
-    async with CallgateClient(system.settings) as c:
+    async with connected(system, reset=("booking", "model")) as c:
         yield c
 
 

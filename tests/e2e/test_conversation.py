@@ -17,7 +17,7 @@ from callgate.client import CallgateClient
 from callgate.errors import JobFailedError
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, deployment, http, status, until
+from tests.e2e.people import APIS, approve, connected, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    async with CallgateClient(system.settings) as c:
+    async with connected(system) as c:
         yield c
 
 

@@ -21,12 +21,11 @@ message on the turns stream), with a control the same deployment accepts:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ import jwt
 import orjson
 import pytest
 import redis.asyncio as aioredis
-from arq.connections import ArqRedis, create_pool
+from arq.connections import ArqRedis
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.keyring import LocalKeyring
@@ -44,12 +43,10 @@ from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.envelopes import TurnRequest, decode
 from callgate.errors import JobFailedError, RunSpecError
-from callgate.jobs import START_RUN, StartJob, job_deserializer, job_serializer, queue_name
-from callgate.jobs import redis_settings as arq_settings
+from callgate.jobs import START_RUN, StartJob
 from callgate.keys import Keys
-from callgate.services.ingress import queues
-from callgate.streams.arq import create_worker
-from tests.seed import signed_job
+from tests.integration.helpers import drain, new_run_id
+from tests.seed import run_spec, signed_job
 
 ISSUER = "https://idp.callgate.test"
 AUDIENCE = "callgate-tests"
@@ -57,49 +54,11 @@ AUDIENCE = "callgate-tests"
 
 def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
     """A valid spec with no allow-list (every registered tool), acting for alice."""
-    data: dict[str, Any] = {"api": "openai-responses", "model": "travel-demo",
-                            "input": "Is my train G1234 on 2026-12-20 on time?",
-                            "identity": {"user": "alice"}}
-    if run_id is not None:
-        data["run_id"] = run_id
-    data.update(changes)
-    return data
-
-
-def new_run_id() -> str:
-    return f"r-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def pool(settings: Settings) -> AsyncIterator[ArqRedis]:
-    """A raw arq pool: what any client may enqueue, without callgate's client checks."""
-    p = await create_pool(arq_settings(settings), job_serializer=job_serializer,
-                          job_deserializer=job_deserializer,
-                          default_queue_name=queue_name(settings))
-    try:
-        yield p
-    finally:
-        await p.aclose()
-
-
-@pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[CallgateClient]:
-    async with CallgateClient(settings) as c:
-        yield c
+    return run_spec(run_id, **{"allowed_tools": None, **changes})
 
 
 async def enqueue(pool: ArqRedis, job: Any, run_id: str) -> None:
     assert await pool.enqueue_job(START_RUN, job, _job_id=run_id) is not None
-
-
-async def drain(settings: Settings) -> tuple[int, int]:
-    """Run the public queue's ingress worker in burst mode; (jobs completed, jobs failed)."""
-    worker = create_worker(settings, queues(settings)[0], "ingress", burst=True)
-    try:
-        await asyncio.wait_for(worker.async_run(), timeout=20)
-    finally:
-        await worker.close()
-    return worker.jobs_complete, worker.jobs_failed
 
 
 async def assert_nothing_created(redis: aioredis.Redis, settings: Settings, run_id: str) -> None:

@@ -28,6 +28,7 @@ from callgate.standins.demo.workshop import (
 )
 from callgate.tools.contract import Identity, ToolContext
 from callgate.tools.policy import check_preconditions
+from tests.integration.helpers import reset_session
 
 pytestmark = pytest.mark.timeout(30)
 MODULE = "callgate.standins.demo.booking_service"
@@ -44,9 +45,7 @@ def booking() -> Iterator[ServiceProcess]:
 
 @pytest.fixture
 async def session(booking: ServiceProcess) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as client:
-        async with client.post(f"{booking.url}/_reset") as resp:
-            assert resp.status == 200
+    async with reset_session(booking, aiohttp.ClientTimeout(total=5)) as client:
         yield client
 
 

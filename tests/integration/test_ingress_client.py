@@ -8,64 +8,28 @@ import asyncio
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
 import redis.asyncio as aioredis
-from arq.connections import ArqRedis, create_pool
+from arq.connections import ArqRedis
 
 from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import ApprovalExpired, TurnRequest, decode
 from callgate.errors import JobFailedError, NotFoundError, RunSpecError
-from callgate.jobs import START_RUN, job_deserializer, job_serializer, queue_name, redis_settings
+from callgate.jobs import START_RUN
 from callgate.ledger.tx import Tx
-from callgate.services.ingress import queues, start_run
+from callgate.services.ingress import start_run
 from callgate.states import RunState
-from callgate.streams.arq import create_worker
 from callgate.streams.service import Runtime, build_runtime
 from callgate.sweeps import sweep_approvals, sweep_deadlines
+from tests.integration.helpers import drain, new_run_id
+from tests.seed import run_spec as spec
 from tests.seed import signed_job
-
-
-def spec(run_id: str | None = None, **changes: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "api": "openai-responses",
-        "model": "travel-demo",
-        "input": "Is my train G1234 on 2026-12-20 on time?",
-        "identity": {"user": "alice"},
-        "allowed_tools": ["get_train_status", "get_weather"],
-    }
-    if run_id is not None:
-        data["run_id"] = run_id
-    data.update(changes)
-    return data
-
-
-def new_run_id() -> str:
-    return f"r-{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[CallgateClient]:
-    async with CallgateClient(settings) as c:
-        yield c
-
-
-@pytest.fixture
-async def pool(settings: Settings) -> AsyncIterator[ArqRedis]:
-    """A raw arq pool, as a foreign client would enqueue without our validation."""
-    p = await create_pool(redis_settings(settings), job_serializer=job_serializer,
-                          job_deserializer=job_deserializer,
-                          default_queue_name=queue_name(settings))
-    try:
-        yield p
-    finally:
-        await p.aclose()
 
 
 @pytest.fixture
@@ -75,16 +39,6 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.close()
-
-
-async def drain(settings: Settings) -> tuple[int, int]:
-    """Run the public queue's arq worker in burst mode; return (jobs completed, failed)."""
-    worker = create_worker(settings, queues(settings)[0], "ingress", burst=True)
-    try:
-        await asyncio.wait_for(worker.async_run(), timeout=20)
-    finally:
-        await worker.close()
-    return worker.jobs_complete, worker.jobs_failed
 
 
 async def turn_messages(redis: aioredis.Redis, runtime: Runtime, run_id: str) -> list[TurnRequest]:

@@ -40,27 +40,14 @@ from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, RESOLVE_ACTIONS
 from callgate.slack.settings import Approver, SlackSettings
 from callgate.standins.fake_slack import FakeSlack
 from tests import slack_clicks
-from tests.slack_clicks import button_value
+from tests.slack_clicks import CHANNEL, SECRET, TOKEN, button_value, serving_bot
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "xoxb-test-bot-token-4242"
-SECRET = "test-signing-secret-8e1f"
-CHANNEL = "C0APPROVALS"
 RUN, APPROVAL, CALL, HASH = "run-slack-1", "appr-1", "call-1", "sha256:abc123"
 APPROVERS = {
     "U123": Approver(user="carol", roles=frozenset({"events-lead"})),
     "U456": Approver(user="dave", roles=frozenset({"finance"})),
 }
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -75,13 +62,8 @@ def slack_settings(fake: FakeSlack) -> SlackSettings:
 async def bot(
     settings: Settings, slack_settings: SlackSettings, redis: aioredis.Redis
 ) -> AsyncIterator[tuple[SlackBot, str]]:
-    """The bot serving HTTP in-process; tests drive its consumer with run_burst."""
-    app = SlackBot(settings, slack_settings, redis)
-    port = await app.start(consume=False)
-    try:
-        yield app, f"http://127.0.0.1:{port}{EVENTS_PATH}"
-    finally:
-        await app.stop()
+    async with serving_bot(settings, slack_settings, redis) as served:
+        yield served
 
 
 async def write_record(redis: aioredis.Redis, keys: Keys, **fields: str) -> None:

@@ -26,29 +26,17 @@ from callgate.decisions.claims import ResolveClaims, read_resolve_claims
 from callgate.envelopes import OutcomeUnknown, SignedDecision, decode, encode
 from callgate.keys import Keys
 from callgate.records import CallRecord
-from callgate.slack.bot import EVENTS_PATH, SlackBot
+from callgate.slack.bot import SlackBot
 from callgate.slack.messages import RESOLVE_ACTIONS, RESOLVE_BLOCK, ResolveValue
 from callgate.slack.settings import Approver, SlackSettings
 from callgate.standins.fake_slack import FakeSlack
 from callgate.states import CallState
 from tests import slack_clicks
+from tests.slack_clicks import CHANNEL, SECRET, TOKEN
 
-TOKEN = "xoxb-test-bot-token-4242"
-SECRET = "test-signing-secret-8e1f"
-CHANNEL = "C0APPROVALS"
 RUN, CALL, OP = "run-slack-res-1", "t1.0", "op-7f3a"
 APPLIED, NOT_APPLIED, RECHECK = RESOLVE_ACTIONS
 APPROVERS = {"U123": Approver(user="carol", roles=frozenset({"events-lead"}))}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    server = FakeSlack(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture
@@ -57,12 +45,8 @@ async def bot(
 ) -> AsyncIterator[tuple[SlackBot, str]]:
     slack = SlackSettings(api_url=fake.url, bot_token=TOKEN, signing_secret=SECRET,
                           channel=CHANNEL, approvers=APPROVERS, verdict_timeout_s=5)
-    app = SlackBot(settings, slack, redis)
-    port = await app.start(consume=False)
-    try:
-        yield app, f"http://127.0.0.1:{port}{EVENTS_PATH}"
-    finally:
-        await app.stop()
+    async with slack_clicks.serving_bot(settings, slack, redis) as served:
+        yield served
 
 
 async def write_call(redis: aioredis.Redis, keys: Keys, **fields: Any) -> None:
@@ -105,6 +89,18 @@ async def resolutions(redis: aioredis.Redis, keys: Keys) -> list[tuple[ResolveCl
     return found
 
 
+async def clicked_by_carol(
+    bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis, action_id: str
+) -> tuple[dict[str, Any], tuple[ResolveClaims, str, str]]:
+    """Post the notice and click ``action_id`` on it as carol (U123): the message, and the one
+    verified resolution the click posted."""
+    app, url = bot
+    message = await posted_notice(app, fake, redis)
+    assert await click(url, message, "U123", action_id) == 200
+    (resolution,) = await resolutions(redis, app.keys)
+    return message, resolution
+
+
 async def verdict(redis: aioredis.Redis, keys: Keys, event: str, msg_id: str, **data: Any) -> None:
     """What the validator writes in the run's events once it has applied or refused."""
     payload = orjson.dumps({"call_id": CALL, "msg_id": msg_id, **data})
@@ -140,10 +136,8 @@ async def test_unknown_outcome_has_three_round_tripping_buttons(
 async def test_applied_posts_a_signed_resolution_and_shows_the_verdict(
     bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
-    app, url = bot
-    message = await posted_notice(app, fake, redis)
-    assert await click(url, message, "U123", APPLIED) == 200
-    ((claims, person, signer),) = await resolutions(redis, app.keys)
+    app, _ = bot
+    message, (claims, person, signer) = await clicked_by_carol(bot, fake, redis, APPLIED)
     assert (claims.run, claims.call, claims.op, claims.outcome) == (RUN, CALL, OP, "applied")
     assert (person, signer) == ("carol", "slack")
     assert claims.result is None and claims.reason is None, "no payload, no Slack user id"
@@ -160,10 +154,8 @@ async def test_applied_posts_a_signed_resolution_and_shows_the_verdict(
 async def test_recheck_keeps_the_buttons(
     bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
-    app, url = bot
-    message = await posted_notice(app, fake, redis)
-    assert await click(url, message, "U123", RECHECK) == 200
-    ((claims, _, _),) = await resolutions(redis, app.keys)
+    app, _ = bot
+    _, (claims, _, _) = await clicked_by_carol(bot, fake, redis, RECHECK)
     assert claims.outcome == "recheck"
     await verdict(redis, app.keys, "call.resolved", claims.jti, outcome="recheck")
     (update,) = await until(lambda: fake.calls_of("chat.update"))
@@ -174,10 +166,8 @@ async def test_recheck_keeps_the_buttons(
 async def test_a_refusal_by_the_validator_is_told_escaped_and_keeps_the_buttons(
     bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis
 ) -> None:
-    app, url = bot
-    message = await posted_notice(app, fake, redis)
-    assert await click(url, message, "U123", NOT_APPLIED) == 200
-    ((claims, _, _),) = await resolutions(redis, app.keys)
+    app, _ = bot
+    _, (claims, _, _) = await clicked_by_carol(bot, fake, redis, NOT_APPLIED)
     assert claims.outcome == "not_applied"
     await verdict(redis, app.keys, "resolve.refused", claims.jti,
                   reason="carol<!channel> holds none of the resolver roles ['operator']")

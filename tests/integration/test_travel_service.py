@@ -15,6 +15,7 @@ from callgate.errors import ToolError
 from callgate.standins.demo.http import ServiceProcess, launch
 from callgate.standins.demo.travel import TOOLS, TRAVEL_URL_SETTING, get_train_status, get_weather
 from callgate.tools.contract import Identity, Tool, ToolContext
+from tests.integration.helpers import reset_session
 
 MODULE = "callgate.standins.demo.travel_service"
 
@@ -27,9 +28,7 @@ def service() -> Iterator[ServiceProcess]:
 
 @pytest.fixture
 async def session(service: ServiceProcess) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"{service.url}/_reset") as resp:
-            assert resp.status == 200
+    async with reset_session(service) as http:
         yield http
 
 

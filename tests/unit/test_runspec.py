@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from callgate.errors import RunSpecError
 from callgate.runspec import RunSpec, parse_spec, to_run_record, with_run_id
 from callgate.states import RunState
-
-
-def spec(**changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "api": "openai-responses",
-        "model": "travel-demo",
-        "input": "Is my train on time?",
-        "identity": {"user": "alice"},
-        "allowed_tools": ["get_train_status", "get_weather"],
-    }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not None}
+from tests.seed import run_spec as spec
 
 
 def problems(data: object) -> list[str]:
