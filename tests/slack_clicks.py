@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +21,11 @@ import aiohttp
 import orjson
 import redis.asyncio as aioredis
 
+from callgate.auth.tokens import VerifiedDecision, verify_decision
+from callgate.auth.trust import load_trust
 from callgate.config import Settings
+from callgate.envelopes import SignedDecision, decode
+from callgate.keys import Keys
 from callgate.slack.bot import EVENTS_PATH, SlackBot
 from callgate.slack.settings import SlackSettings
 from callgate.standins.fake_slack import FakeSlack
@@ -101,3 +107,17 @@ async def serving_bot(
         yield app, f"http://127.0.0.1:{port}{EVENTS_PATH}"
     finally:
         await app.stop()
+
+
+async def verified_decisions(
+    redis: aioredis.Redis, keys: Keys, run_id: str
+) -> list[VerifiedDecision]:
+    """Every decision on the run's decisions stream, each verified with the session's trust
+    file."""
+    trust = load_trust(Path(os.environ["CALLGATE_TRUST_FILE"]))
+    found = []
+    for _, fields in await redis.xrange(keys.run_stream("decisions", run_id)):
+        envelope = decode(fields[b"d"])
+        assert isinstance(envelope, SignedDecision)
+        found.append(verify_decision(envelope.token, trust, now=time.time()))
+    return found

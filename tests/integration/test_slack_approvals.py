@@ -23,15 +23,11 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from callgate.auth.tokens import verify_decision
-from callgate.auth.trust import load_trust
 from callgate.config import Settings
 from callgate.decisions.claims import read_approval_claims
 from callgate.envelopes import (
     ApprovalRequested,
     OutcomeUnknown,
-    SignedDecision,
-    decode,
     encode,
 )
 from callgate.keys import Keys
@@ -125,12 +121,8 @@ class Posted:
 
 async def decisions(redis: aioredis.Redis, keys: Keys) -> list[Posted]:
     """The bot's decisions, each verified with the session's trust file."""
-    trust = load_trust(Path(os.environ["CALLGATE_TRUST_FILE"]))
     found = []
-    for _, fields in await redis.xrange(keys.run_stream("decisions", RUN)):
-        envelope = decode(fields[b"d"])
-        assert isinstance(envelope, SignedDecision)
-        verified = verify_decision(envelope.token, trust, now=time.time())
+    for verified in await slack_clicks.verified_decisions(redis, keys, RUN):
         claims = read_approval_claims(verified.claims)
         found.append(Posted(claims.run, claims.call, claims.apr, claims.act, verified.person,
                             claims.hash, verified.signer, claims.reason))

@@ -9,21 +9,17 @@ does with each verdict.  The whole path with the real validator is tests/e2e/tes
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from callgate.auth.tokens import verify_decision
-from callgate.auth.trust import load_trust
 from callgate.config import Settings
 from callgate.decisions.claims import ResolveClaims, read_resolve_claims
-from callgate.envelopes import OutcomeUnknown, SignedDecision, decode, encode
+from callgate.envelopes import OutcomeUnknown, encode
 from callgate.keys import Keys
 from callgate.records import CallRecord
 from callgate.slack.bot import SlackBot
@@ -79,14 +75,8 @@ async def click(url: str, message: dict[str, Any], user: str, action_id: str) ->
 
 async def resolutions(redis: aioredis.Redis, keys: Keys) -> list[tuple[ResolveClaims, str, str]]:
     """(claims, person, signer) of every resolution on the run's decisions stream, verified."""
-    trust = load_trust(Path(os.environ["CALLGATE_TRUST_FILE"]))
-    found = []
-    for _, fields in await redis.xrange(keys.run_stream("decisions", RUN)):
-        envelope = decode(fields[b"d"])
-        assert isinstance(envelope, SignedDecision)
-        verified = verify_decision(envelope.token, trust, now=time.time())
-        found.append((read_resolve_claims(verified.claims), verified.person, verified.signer))
-    return found
+    return [(read_resolve_claims(verified.claims), verified.person, verified.signer)
+            for verified in await slack_clicks.verified_decisions(redis, keys, RUN)]
 
 
 async def clicked_by_carol(
