@@ -50,6 +50,13 @@ async def http(system: LocalSystem, service: str, method: str, path: str, body: 
         return await r.json()
 
 
+async def submit(client: CallgateClient, api: str, model: str, tools: list[str],
+                 input: str = "go", **extra: Any) -> str:
+    """Start a run for alice with the scripted ``model``, allowed ``tools``; its run id."""
+    return await client.submit({"api": api, "model": model, "input": input,
+                                "identity": {"user": "alice"}, "allowed_tools": tools, **extra})
+
+
 async def until(client: CallgateClient, run_id: str, done: Callable[[View], bool],
                 timeout_s: float = 30) -> View:
     """The run's view once ``done`` says so (the run may not exist yet)."""

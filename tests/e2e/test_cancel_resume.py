@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
@@ -23,7 +22,7 @@ from callgate.decisions.desk import ApprovalDesk
 from callgate.ops.control_cli import control
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, connected, deployment, http, status, until
+from tests.e2e.people import APIS, approve, connected, deployment, http, status, submit, until
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +38,6 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
     async with connected(system, reset=("booking", "model")) as c:
         yield c
-
-
-async def submit(client: CallgateClient, api: str, model: str, tools: list[str],
-                 **extra: Any) -> str:
-    return await client.submit({"api": api, "model": model, "input": "go",
-                                "identity": {"user": "alice"}, "allowed_tools": tools, **extra})
 
 
 async def model_requests(system: LocalSystem, scenario: str) -> int:

@@ -17,7 +17,7 @@ from callgate.client import CallgateClient
 from callgate.errors import JobFailedError
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, connected, deployment, http, status, until
+from tests.e2e.people import APIS, approve, connected, deployment, http, status, submit, until
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,7 @@ async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
 async def test_a_follow_up_is_answered_from_the_whole_history(
     system: LocalSystem, client: CallgateClient, api: str
 ) -> None:
-    run_id = await client.submit({"api": api, "model": "travel-parallel", "input": "Trip?",
-                                  "identity": {"user": "alice"}, "allowed_tools": TRAVEL})
+    run_id = await submit(client, api, "travel-parallel", TRAVEL, input="Trip?")
     first = await until(client, run_id, status("completed"))
     call_ids = {c["provider_call_id"] for c in first["calls"]}
     assert len(call_ids) == 2
@@ -60,9 +59,8 @@ async def test_a_follow_up_is_answered_from_the_whole_history(
 async def test_a_reply_to_a_busy_run_is_refused_or_admitted_once(
     system: LocalSystem, client: CallgateClient
 ) -> None:
-    run_id = await client.submit({"api": "openai-chat", "model": "reserve-then-chat",
-                                  "input": "book", "identity": {"user": "alice"},
-                                  "allowed_tools": ["reserve_seat"]})
+    run_id = await submit(client, "openai-chat", "reserve-then-chat", ["reserve_seat"],
+                          input="book")
     paused = await until(client, run_id, status("paused_approval"))
     refused = await client.reply(run_id, "anything else?")
     with pytest.raises(JobFailedError, match="reply is taken only when it has completed"):
@@ -79,9 +77,7 @@ async def test_a_reply_to_a_busy_run_is_refused_or_admitted_once(
 async def test_a_reply_signed_by_a_key_the_deployment_does_not_know_changes_nothing(
     system: LocalSystem, client: CallgateClient
 ) -> None:
-    run_id = await client.submit({"api": "openai-chat", "model": "travel-parallel",
-                                  "input": "Trip?", "identity": {"user": "alice"},
-                                  "allowed_tools": TRAVEL})
+    run_id = await submit(client, "openai-chat", "travel-parallel", TRAVEL, input="Trip?")
     done = await until(client, run_id, status("completed"))
     async with CallgateClient(system.settings) as forger:
         forger._signer = Signer("local", Ed25519PrivateKey.generate())  # claims local's name
