@@ -16,7 +16,7 @@ from callgate.config import Settings
 from callgate.ops.cli import main
 from callgate.ops.embedded_redis import free_port
 from callgate.ops.exits import CONTRACT
-from tests.integration.test_ingress_client import drain
+from tests.integration.helpers import drain
 
 RUN = ["run", "--api", "openai-chat", "--model", "m", "--identity", '{"user": "alice"}']
 PASSWORD = "s3cret-pw"

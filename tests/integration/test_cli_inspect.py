@@ -18,8 +18,8 @@ from callgate.errors import CallgateError
 from callgate.keys import Keys
 from callgate.ops.cli import main
 from callgate.streams.worker import Delivery, StreamWorker
+from tests.integration.helpers import drain
 from tests.integration.test_cli_errors import RUN, deployment
-from tests.integration.test_ingress_client import drain
 
 __all__ = ["deployment"]  # fixture
 
