@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from callgate.errors import ProviderError, ProviderTimeoutError, ProviderTransportError
+from callgate.errors import ProviderError
 from callgate.providers.base import (
     FailureKind,
     FinalAnswer,
@@ -40,7 +40,7 @@ from callgate.providers.common import (
     join_fragments,
     kind_for_status,
     make_error,
-    map_transport_errors,
+    map_connection_errors,
     outcome,
     parse_arguments,
     settle,
@@ -225,12 +225,8 @@ def map_errors() -> Iterator[None]:
     import anthropic
 
     try:
-        with map_transport_errors():
+        with map_connection_errors(anthropic.APITimeoutError, anthropic.APIConnectionError):
             yield
-    except anthropic.APITimeoutError as exc:
-        raise ProviderTimeoutError(f"timed out: {exc.message}") from exc
-    except anthropic.APIConnectionError as exc:
-        raise ProviderTransportError(f"{exc.message} ({exc.__cause__!r})") from exc
     except anthropic.APIStatusError as exc:
         # Status 200 means an `event: error` inside the stream: only the body's type tells.
         error_type = str(exc.type or "")

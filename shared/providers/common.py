@@ -215,6 +215,19 @@ def map_transport_errors() -> Iterator[None]:
         raise ProviderServerError(f"malformed response data: {exc}") from exc
 
 
+@contextlib.contextmanager
+def map_connection_errors(timeout: type[Exception], connection: type[Exception]) -> Iterator[None]:
+    """An SDK's `timeout` and `connection` exception types (the first a subclass of the
+    second; the str of either is its message), and all `map_transport_errors` maps."""
+    try:
+        with map_transport_errors():
+            yield
+    except timeout as exc:
+        raise ProviderTimeoutError(f"timed out: {exc}") from exc
+    except connection as exc:
+        raise ProviderTransportError(f"{exc} ({exc.__cause__!r})") from exc
+
+
 def error_message(body: object, fallback: str) -> str:
     """The API's own message from an error body (``{message}`` or ``{error: {message}}``)."""
     if isinstance(body, dict):

@@ -9,11 +9,8 @@ interleaved with other indexes.  The stream is done at the chunk carrying
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from callgate.errors import ProviderError
 from callgate.providers.base import (
     FinalAnswer,
     Incomplete,
@@ -24,29 +21,14 @@ from callgate.providers.base import (
     ToolResultInput,
     TurnEvent,
     TurnInput,
-    TurnOutcome,
 )
 from callgate.providers.common import (
     CallCandidate,
-    RecordMeta,
-    as_dict,
     build_calls,
     join_fragments,
-    outcome,
     sdk_arguments,
-    settle,
-    to_failed,
 )
-from callgate.providers.openai_common import (
-    PROVIDER,
-    api_version,
-    make_client,
-    map_errors,
-    sdk_version,
-)
-
-if TYPE_CHECKING:
-    import openai
+from callgate.providers.openai_common import OpenAIAdapter
 
 API = "openai-chat"
 
@@ -197,26 +179,14 @@ class ChatStream:
         return response, self.problem
 
 
-class OpenAIChatAdapter:
+class OpenAIChatAdapter(OpenAIAdapter[ChatStream]):
     """`ProviderAdapter` for Chat Completions; streams unless `stream=False`."""
 
     api = API
-
-    def __init__(self, *, stream: bool = True) -> None:
-        self.stream = stream
-        self._client: openai.AsyncOpenAI | None = None
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
-
-    def initial_history(self, user_input: str) -> list[JsonDict]:
-        return [{"role": "user", "content": user_input}]
-
-    def correction_items(self, text: str) -> list[JsonDict]:
-        return [{"role": "user", "content": text}]
+    usage_fields = ("prompt_tokens", "completion_tokens")
+    assembler = ChatStream
+    to_provider = staticmethod(to_provider)
+    from_provider = staticmethod(from_provider)
 
     def result_items(self, results: list[ToolResultInput]) -> list[JsonDict]:
         return [
@@ -224,44 +194,7 @@ class OpenAIChatAdapter:
             for r in results
         ]
 
-    async def complete(self, turn: TurnInput) -> TurnOutcome:
-        assembler = ChatStream()
-        request = to_provider(turn, stream=self.stream)
-        try:
-            with map_errors():
-                async with asyncio.timeout(turn.timeout_s):
-                    response, problem = await self._call(request, assembler, turn.timeout_s)
-        except ProviderError as exc:
-            return self._outcome(to_failed(exc), assembler.finish()[0], [])
-        event, items = from_provider(response)
-        return self._outcome(settle(event, problem), response, items)
-
-    async def _call(
-        self, request: JsonDict, assembler: ChatStream, timeout_s: float
-    ) -> tuple[JsonDict, TurnEvent | None]:
-        created: Any = await self.client.chat.completions.create(
+    async def _create(self, request: JsonDict, timeout_s: float) -> Any:
+        return await self.client.chat.completions.create(
             **sdk_arguments(request, {"messages": []}), timeout=timeout_s
-        )
-        if not self.stream:
-            return as_dict(created), None
-        stream = cast("openai.AsyncStream[Any]", created)
-        async with stream:
-            async for chunk in stream:
-                assembler.feed(as_dict(chunk))
-        return assembler.finish()
-
-    @functools.cached_property
-    def _meta(self) -> RecordMeta:
-        """Read once: the client builds its default headers anew on every read."""
-        return RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
-
-    def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
-        usage = raw.get("usage") or {}
-        return outcome(
-            self._meta,
-            event,
-            raw,
-            response_id=raw.get("id"),
-            usage=(usage.get("prompt_tokens"), usage.get("completion_tokens")),
-            items=items,
         )

@@ -7,11 +7,8 @@ items say what it is.  A stream is done only at `response.completed` /
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from callgate.errors import ProviderError
 from callgate.providers.base import (
     FinalAnswer,
     Incomplete,
@@ -22,31 +19,16 @@ from callgate.providers.base import (
     ToolResultInput,
     TurnEvent,
     TurnInput,
-    TurnOutcome,
 )
 from callgate.providers.common import (
     CallCandidate,
-    RecordMeta,
-    as_dict,
     build_calls,
     drop_none,
     join_fragments,
-    outcome,
     sdk_arguments,
-    settle,
     to_failed,
 )
-from callgate.providers.openai_common import (
-    PROVIDER,
-    api_version,
-    error_from_body,
-    make_client,
-    map_errors,
-    sdk_version,
-)
-
-if TYPE_CHECKING:
-    import openai
+from callgate.providers.openai_common import OpenAIAdapter, error_from_body
 
 API = "openai-responses"
 
@@ -185,26 +167,14 @@ class ResponsesStream:
         return response, None
 
 
-class OpenAIResponsesAdapter:
+class OpenAIResponsesAdapter(OpenAIAdapter[ResponsesStream]):
     """`ProviderAdapter` for the Responses API; streams unless `stream=False`."""
 
     api = API
-
-    def __init__(self, *, stream: bool = True) -> None:
-        self.stream = stream
-        self._client: openai.AsyncOpenAI | None = None
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
-
-    def initial_history(self, user_input: str) -> list[JsonDict]:
-        return [{"role": "user", "content": user_input}]
-
-    def correction_items(self, text: str) -> list[JsonDict]:
-        return [{"role": "user", "content": text}]
+    usage_fields = ("input_tokens", "output_tokens")
+    assembler = ResponsesStream
+    to_provider = staticmethod(to_provider)
+    from_provider = staticmethod(from_provider)
 
     def result_items(self, results: list[ToolResultInput]) -> list[JsonDict]:
         return [
@@ -212,44 +182,5 @@ class OpenAIResponsesAdapter:
             for r in results
         ]
 
-    async def complete(self, turn: TurnInput) -> TurnOutcome:
-        assembler = ResponsesStream()
-        request = to_provider(turn, stream=self.stream)
-        try:
-            with map_errors():
-                async with asyncio.timeout(turn.timeout_s):
-                    response, problem = await self._call(request, assembler, turn.timeout_s)
-        except ProviderError as exc:
-            return self._outcome(to_failed(exc), assembler.finish()[0], [])
-        event, items = from_provider(response)
-        return self._outcome(settle(event, problem), response, items)
-
-    async def _call(
-        self, request: JsonDict, assembler: ResponsesStream, timeout_s: float
-    ) -> tuple[JsonDict, TurnEvent | None]:
-        created: Any = await self.client.responses.create(
-            **sdk_arguments(request), timeout=timeout_s
-        )
-        if not self.stream:
-            return as_dict(created), None
-        stream = cast("openai.AsyncStream[Any]", created)
-        async with stream:
-            async for event in stream:
-                assembler.feed(as_dict(event))
-        return assembler.finish()
-
-    @functools.cached_property
-    def _meta(self) -> RecordMeta:
-        """Read once: the client builds its default headers anew on every read."""
-        return RecordMeta(PROVIDER, API, sdk_version(), api_version(self.client))
-
-    def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
-        usage = raw.get("usage") or {}
-        return outcome(
-            self._meta,
-            event,
-            raw,
-            response_id=raw.get("id"),
-            usage=(usage.get("input_tokens"), usage.get("output_tokens")),
-            items=items,
-        )
+    async def _create(self, request: JsonDict, timeout_s: float) -> Any:
+        return await self.client.responses.create(**sdk_arguments(request), timeout=timeout_s)
