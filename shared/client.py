@@ -205,14 +205,19 @@ class CallgateClient:
         """
         deadline = time.monotonic() + timeout_s
         stream = self.keys.events(run_id)
+        watch_job = True  # the start job is looked at first, while pending, and at the end
         while True:
             last = await self._last_event_id(stream)
             run = await self.ledger.get_run(run_id)
-            failure = await self._job_failure(run_id)
-            if failure is not None and (run is None or isinstance(failure, SpecConflictError)):
-                raise failure
-            # A start job still to be run may yet conflict with the run this id names.
-            pending = run is not None and await self._job_pending(run_id)
+            pending = False
+            if watch_job or run is None or settled(run.status):
+                failure = await self._job_failure(run_id)
+                conflict = isinstance(failure, SpecConflictError)
+                if failure is not None and (run is None or conflict):
+                    raise failure
+                # A start job still to be run may yet conflict with the run this id names.
+                pending = run is not None and await self._job_pending(run_id)
+                watch_job = pending
             if run is not None and settled(run.status) and not pending:
                 return run.model_dump(mode="json")
             left_ms = int((deadline - time.monotonic()) * 1000)

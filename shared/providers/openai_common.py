@@ -171,12 +171,11 @@ class OpenAIAdapter(abc.ABC, Generic[A]):
 
     @abc.abstractmethod
     def result_items(self, results: list[ToolResultInput]) -> list[JsonDict]:
-        raise NotImplementedError
+        """Tool results as this API's history items, each under its own call id."""
 
     @abc.abstractmethod
     async def _create(self, request: JsonDict, timeout_s: float) -> Any:
         """The SDK call: a response object, or an `AsyncStream` of events when streaming."""
-        raise NotImplementedError
 
     async def complete(self, turn: TurnInput) -> TurnOutcome:
         assembler = self.assembler()
