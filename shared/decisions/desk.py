@@ -12,7 +12,7 @@ carrying the decision's ``msg_id``), which is what `wait_outcome` reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,15 +65,8 @@ class ApprovalDesk:
 
     async def pending(self, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of every partition, soonest expiry first."""
-        refs: list[tuple[float, str, str]] = []
-        with redis_errors():
-            for partition in range(self.keys.partitions):
-                index = self.keys.pending_approvals(partition)
-                for member, score in await self.redis.zrange(index, 0, limit - 1, withscores=True):
-                    run_id, _, approval_id = _text(member).partition(" ")
-                    refs.append((score, run_id, approval_id))
         records = []
-        for _, run_id, approval_id in sorted(refs)[:limit]:
+        for run_id, approval_id in await self._indexed(self.keys.pending_approvals, limit):
             record = await self.ledger.get_approval(run_id, approval_id)
             if record is not None and record.state == "pending":
                 records.append(record)
@@ -81,19 +74,26 @@ class ApprovalDesk:
 
     async def unresolved(self, limit: int = 100) -> list[CallRecord]:
         """Calls whose write outcome a person must resolve, of every partition, oldest first."""
-        refs: list[tuple[float, str, str]] = []
-        with redis_errors():
-            for partition in range(self.keys.partitions):
-                index = self.keys.unresolved_calls(partition)
-                for member, score in await self.redis.zrange(index, 0, limit - 1, withscores=True):
-                    run_id, _, call_id = _text(member).partition(" ")
-                    refs.append((score, run_id, call_id))
         found = []
-        for _, run_id, call_id in sorted(refs)[:limit]:
+        for run_id, call_id in await self._indexed(self.keys.unresolved_calls, limit):
             call = await self.ledger.get_call(run_id, call_id)
             if call is not None and call.state == CallState.UNRESOLVED:
                 found.append(call)
         return found
+
+    async def _indexed(
+        self, index_of: Callable[[int], str], limit: int
+    ) -> list[tuple[str, str]]:
+        """The first ``limit`` ``(run id, id)`` of a per-partition ``"<run_id> <id>"`` index,
+        by score across every partition."""
+        refs: list[tuple[float, str, str]] = []
+        with redis_errors():
+            for partition in range(self.keys.partitions):
+                index = index_of(partition)
+                for member, score in await self.redis.zrange(index, 0, limit - 1, withscores=True):
+                    run_id, _, item_id = _text(member).partition(" ")
+                    refs.append((score, run_id, item_id))
+        return [(run_id, item_id) for _, run_id, item_id in sorted(refs)[:limit]]
 
     async def find(self, approval_id: str) -> ApprovalRecord | None:
         """The pending approval with this id, wherever its run lives (None if not pending)."""
