@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import ValidationError
-
 from callgate.auth.tokens import VerifiedDecision
 from callgate.decisions.claims import ResolveClaims
 from callgate.decisions.refusal import refuse
@@ -34,7 +32,7 @@ def resolver_roles(runtime: Runtime, run: RunRecord, call: CallRecord) -> frozen
         try:
             role = tool.approval(Identity.model_validate(run.identity),
                                  tool.validate(call.arguments))
-        except (ValidationError, ValueError):
+        except ValueError:  # pydantic's ValidationError included
             role = None
         if role is not None:
             roles.add(role)
