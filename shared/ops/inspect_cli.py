@@ -17,6 +17,7 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,22 +84,27 @@ def statuses(text: str) -> frozenset[RunState]:
     return frozenset(RunState(s) for s in names)
 
 
-async def cmd_status(args: argparse.Namespace) -> int:
+async def _show_run(
+    args: argparse.Namespace,
+    read: Callable[[CallgateClient, str], Awaitable[dict[str, Any]]],
+    renderable: Callable[[dict[str, Any]], RenderableType],
+) -> int:
+    """Read ``args.run_id`` with ``read``; print it as JSON or as ``renderable`` makes it."""
+
     async def act(client: CallgateClient) -> int:
-        status = await client.status(args.run_id)
-        dump(status) if args.json else show(status_table(status))
+        found = await read(client, args.run_id)
+        dump(found) if args.json else show(renderable(found))
         return OK
 
     return await with_client(act)
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    return await _show_run(args, CallgateClient.status, status_table)
 
 
 async def cmd_view(args: argparse.Namespace) -> int:
-    async def act(client: CallgateClient) -> int:
-        view = await client.view(args.run_id)
-        dump(view) if args.json else show(view_renderable(view))
-        return OK
-
-    return await with_client(act)
+    return await _show_run(args, CallgateClient.view, view_renderable)
 
 
 async def cmd_trace(args: argparse.Namespace) -> int:
