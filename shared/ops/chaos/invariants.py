@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from callgate.ops.chaos.facts import Facts, RunFacts
+from callgate.ops.chaos.facts import Facts, PeopleFacts, RunFacts
 from callgate.ops.chaos.workload import FOLLOW_UP
 from callgate.records import CallRecord, ErrorResult, OkResult
 from callgate.states import CALL_TERMINAL, RUN_TERMINAL, CallState, RunState
@@ -61,9 +61,14 @@ def settled(status: str | None) -> bool:
     return status in SETTLED
 
 
+def _end_status(r: RunFacts) -> str:
+    """The run's status at the end, or ``no record`` if its record vanished."""
+    return "no record" if r.run is None else r.run.status.value
+
+
 def lost_runs(facts: Facts) -> list[str]:
     return [
-        f"{r.plan.run_id}: {'no record' if r.run is None else r.run.status.value}"
+        f"{r.plan.run_id}: {_end_status(r)}"
         for r in facts.runs
         if r.run is None or not settled(r.run.status)
     ]
@@ -190,13 +195,20 @@ def cancelled_calls_executed(facts: Facts) -> list[str]:
     return found
 
 
+def _acted_on(
+    facts: Facts, turn_of: Callable[[PeopleFacts], int | None]
+) -> Iterator[tuple[RunFacts, int]]:
+    """The runs a person's action reached, each with the turn ``turn_of`` gives for it."""
+    for r in facts.runs:
+        turn = turn_of(r.people)
+        if turn is not None:
+            yield r, turn
+
+
 def cancel_mismatches(facts: Facts) -> list[str]:
     found = []
-    for r in facts.runs:
-        turn = r.people.cancel_turn
-        if turn is None:
-            continue
-        status = "no record" if r.run is None else r.run.status.value
+    for r, turn in _acted_on(facts, lambda people: people.cancel_turn):
+        status = _end_status(r)
         if status != RunState.CANCELLED:
             found.append(f"{r.plan.run_id}: {status} after a cancel")
         if r.turns_received > max(turn - 1, 0):
@@ -261,13 +273,9 @@ def replies_to_unfinished_runs(facts: Facts) -> list[str]:
 
 def replied_runs_unsettled(facts: Facts) -> list[str]:
     found = []
-    for r in facts.runs:
-        turn = r.people.reply_turn
-        if turn is None:
-            continue
-        status = "no record" if r.run is None else r.run.status.value
+    for r, turn in _acted_on(facts, lambda people: people.reply_turn):
         if r.run is None or not settled(r.run.status):
-            found.append(f"{r.plan.run_id}: {status} after a reply")
+            found.append(f"{r.plan.run_id}: {_end_status(r)} after a reply")
         elif r.run.status == RunState.COMPLETED and r.turns_received < turn - 1:
             found.append(f"{r.plan.run_id}: completed, the model never asked turn {turn}")
         elif r.run.status == RunState.COMPLETED and FOLLOW_UP not in (r.run.final_text or ""):
