@@ -9,14 +9,13 @@ ToolRequests.  An `event: error` inside the 200 stream arrives as APIStatusError
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import json
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
-from callgate.errors import ProviderError
+from callgate.providers.adapter import SdkAdapter
 from callgate.providers.base import (
     FailureKind,
     FinalAnswer,
@@ -28,12 +27,10 @@ from callgate.providers.base import (
     ToolResultInput,
     TurnEvent,
     TurnInput,
-    TurnOutcome,
 )
 from callgate.providers.common import (
     CallCandidate,
     RecordMeta,
-    as_dict,
     build_calls,
     drop_none,
     error_message,
@@ -41,10 +38,7 @@ from callgate.providers.common import (
     kind_for_status,
     make_error,
     map_connection_errors,
-    outcome,
     parse_arguments,
-    settle,
-    to_failed,
     version_header,
 )
 
@@ -157,6 +151,9 @@ class MessagesStream:
         self.stopped: set[int] = set()
         self.ended = False
         self.problem: Incomplete | None = None
+        self.raw_inputs: dict[int, str] = {}
+        """Each tool block's input as streamed, by position: `from_provider` tells a
+        truncated or malformed input from a valid one by it."""
 
     def feed(self, event: JsonDict) -> None:
         kind = event.get("type")
@@ -195,10 +192,11 @@ class MessagesStream:
         elif kind == "citations_delta":
             block["citations"] = [*(block.get("citations") or []), delta.get("citation")]
 
-    def finish(self) -> tuple[JsonDict, Mapping[int, str], TurnEvent | None]:
-        """The message as assembled, raw tool inputs by position, and any stream problem."""
+    def finish(self) -> tuple[JsonDict, TurnEvent | None]:
+        """The message as assembled and any stream problem; the raw tool inputs by
+        position are left in `raw_inputs`."""
         content: list[JsonDict] = []
-        raw_inputs: dict[int, str] = {}
+        raw_inputs = self.raw_inputs
         for position, index in enumerate(sorted(self.blocks)):
             block = dict(self.blocks[index])
             if self.parts[index] or block.get("type") in ("tool_use", "server_tool_use"):
@@ -211,11 +209,11 @@ class MessagesStream:
         message = {**self.message, "content": content}
         unstopped = sorted(set(self.blocks) - self.stopped)
         if not self.message or not self.ended or message.get("stop_reason") is None:
-            return message, raw_inputs, Incomplete(reason="stream_ended", detail="no message_stop")
+            return message, Incomplete(reason="stream_ended", detail="no message_stop")
         if unstopped:
             detail = f"block {unstopped[0]} has no content_block_stop"
-            return message, raw_inputs, Incomplete(reason="stream_ended", detail=detail)
-        return message, raw_inputs, self.problem
+            return message, Incomplete(reason="stream_ended", detail=detail)
+        return message, self.problem
 
 
 @contextlib.contextmanager
@@ -249,29 +247,26 @@ def _sdk_version() -> str:
     return anthropic.__version__
 
 
-class AnthropicMessagesAdapter:
+class AnthropicMessagesAdapter(SdkAdapter[MessagesStream, "anthropic.AsyncAnthropic"]):
     """`ProviderAdapter` for the Messages API; streams unless `stream=False`."""
 
     api = API
+    usage_fields = ("input_tokens", "output_tokens")
+    assembler = MessagesStream
+    to_provider = staticmethod(to_provider)
 
-    def __init__(self, *, stream: bool = True) -> None:
-        self.stream = stream
-        self._client: anthropic.AsyncAnthropic | None = None
-
-    @property
-    def client(self) -> anthropic.AsyncAnthropic:
+    def _new_client(self) -> anthropic.AsyncAnthropic:
         """Endpoint and key from ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY; no SDK retries."""
-        if self._client is None:
-            import anthropic  # here, not at the top: importing it takes seconds
+        import anthropic
 
-            self._client = anthropic.AsyncAnthropic(max_retries=0)
-        return self._client
+        return anthropic.AsyncAnthropic(max_retries=0)
 
-    def initial_history(self, user_input: str) -> list[JsonDict]:
-        return [{"role": "user", "content": user_input}]
+    def _map_errors(self) -> AbstractContextManager[None]:
+        return map_errors()
 
-    def correction_items(self, text: str) -> list[JsonDict]:
-        return [{"role": "user", "content": text}]
+    def _record_meta(self) -> RecordMeta:
+        version = version_header(self.client.default_headers, "anthropic-version")
+        return RecordMeta(PROVIDER, API, _sdk_version(), version)
 
     def result_items(self, results: list[ToolResultInput]) -> list[JsonDict]:
         """One user message whose content is only the tool_result blocks (RULES A1, A4)."""
@@ -286,45 +281,10 @@ class AnthropicMessagesAdapter:
         ]
         return [{"role": "user", "content": blocks}] if blocks else []
 
-    async def complete(self, turn: TurnInput) -> TurnOutcome:
-        assembler = MessagesStream()
-        request = to_provider(turn, stream=self.stream)
-        try:
-            with map_errors():
-                async with asyncio.timeout(turn.timeout_s):
-                    message, raw_inputs, problem = await self._call(
-                        request, assembler, turn.timeout_s
-                    )
-        except ProviderError as exc:
-            return self._outcome(to_failed(exc), assembler.finish()[0], [])
-        event, items = from_provider(message, raw_inputs)
-        return self._outcome(settle(event, problem), message, items)
+    def _event(
+        self, response: JsonDict, assembler: MessagesStream
+    ) -> tuple[TurnEvent, list[JsonDict]]:
+        return from_provider(response, assembler.raw_inputs)
 
-    async def _call(
-        self, request: JsonDict, assembler: MessagesStream, timeout_s: float
-    ) -> tuple[JsonDict, Mapping[int, str], TurnEvent | None]:
-        created: Any = await self.client.messages.create(**request, timeout=timeout_s)
-        if not self.stream:
-            return as_dict(created), {}, None
-        stream = cast("anthropic.AsyncStream[Any]", created)
-        async with stream:
-            async for event in stream:
-                assembler.feed(as_dict(event))
-        return assembler.finish()
-
-    @functools.cached_property
-    def _meta(self) -> RecordMeta:
-        """Read once: the client builds its default headers anew on every read."""
-        version = version_header(self.client.default_headers, "anthropic-version")
-        return RecordMeta(PROVIDER, API, _sdk_version(), version)
-
-    def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
-        usage = raw.get("usage") or {}
-        return outcome(
-            self._meta,
-            event,
-            raw,
-            response_id=raw.get("id"),
-            usage=(usage.get("input_tokens"), usage.get("output_tokens")),
-            items=items,
-        )
+    async def _create(self, request: JsonDict, timeout_s: float) -> Any:
+        return await self.client.messages.create(**request, timeout=timeout_s)

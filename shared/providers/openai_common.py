@@ -1,5 +1,5 @@
-"""What the two OpenAI adapters share: the client, the SDK error boundary, and the
-adapter body around the one SDK call (`OpenAIAdapter`).
+"""What the two OpenAI adapters share: the client, the SDK error boundary and the turn
+record (`OpenAIAdapter`).
 
 The SDK is imported where it is first needed, not here: a process that only builds a
 protocol's history (ingress) or never calls the provider must not pay for its import.
@@ -7,35 +7,23 @@ protocol's history (ingress) or never calls the provider must not pay for its im
 
 from __future__ import annotations
 
-import abc
-import asyncio
 import contextlib
-import functools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import openai
 
 from callgate.errors import ProviderError
-from callgate.providers.base import (
-    FailureKind,
-    JsonDict,
-    ToolResultInput,
-    TurnEvent,
-    TurnInput,
-    TurnOutcome,
-)
+from callgate.providers.adapter import A, SdkAdapter
+from callgate.providers.base import FailureKind, JsonDict, TurnEvent
 from callgate.providers.common import (
     RecordMeta,
-    as_dict,
     error_message,
     kind_for_status,
     make_error,
     map_connection_errors,
-    outcome,
-    settle,
-    to_failed,
     version_header,
 )
 
@@ -119,101 +107,24 @@ def map_errors() -> Iterator[None]:
         raise error_from_body(exc.body, exc.message, status=200) from exc
 
 
-class Assembler(Protocol):
-    """Builds one complete response from a stream's events."""
+class OpenAIAdapter(SdkAdapter[A, "openai.AsyncOpenAI"]):
+    """What both OpenAI APIs share: the client, the error boundary and the turn record.
 
-    def feed(self, event: JsonDict) -> None: ...
-
-    def finish(self) -> tuple[JsonDict, TurnEvent | None]:
-        """The response as assembled, and what the stream itself says is wrong, if anything."""
-        ...
-
-
-class RequestBuilder(Protocol):
-    def __call__(self, turn: TurnInput, *, stream: bool) -> JsonDict:
-        """The SDK call's arguments for a turn."""
-        ...
-
-
-A = TypeVar("A", bound=Assembler)
-
-
-class OpenAIAdapter(abc.ABC, Generic[A]):
-    """The `ProviderAdapter` body both OpenAI APIs share; streams unless `stream=False`.
-
-    A subclass supplies what differs: `api`, the usage field names, its stream assembler,
+    A subclass supplies `api`, the usage field names, its stream assembler,
     `to_provider` / `from_provider`, `result_items` and `_create` (the SDK call).
     """
 
-    api: str
-    usage_fields: tuple[str, str]
-    """Names of the input and output token counts in the response's `usage`."""
-    assembler: type[A]
-    to_provider: RequestBuilder
     from_provider: Callable[[JsonDict], tuple[TurnEvent, list[JsonDict]]]
     """A complete response's event and the items it adds to the history."""
 
-    def __init__(self, *, stream: bool = True) -> None:
-        self.stream = stream
-        self._client: openai.AsyncOpenAI | None = None
+    def _new_client(self) -> openai.AsyncOpenAI:
+        return make_client()
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
+    def _map_errors(self) -> AbstractContextManager[None]:
+        return map_errors()
 
-    def initial_history(self, user_input: str) -> list[JsonDict]:
-        return [{"role": "user", "content": user_input}]
-
-    def correction_items(self, text: str) -> list[JsonDict]:
-        return [{"role": "user", "content": text}]
-
-    @abc.abstractmethod
-    def result_items(self, results: list[ToolResultInput]) -> list[JsonDict]:
-        """Tool results as this API's history items, each under its own call id."""
-
-    @abc.abstractmethod
-    async def _create(self, request: JsonDict, timeout_s: float) -> Any:
-        """The SDK call: a response object, or an `AsyncStream` of events when streaming."""
-
-    async def complete(self, turn: TurnInput) -> TurnOutcome:
-        assembler = self.assembler()
-        request = self.to_provider(turn, stream=self.stream)
-        try:
-            with map_errors():
-                async with asyncio.timeout(turn.timeout_s):
-                    response, problem = await self._call(request, assembler, turn.timeout_s)
-        except ProviderError as exc:
-            return self._outcome(to_failed(exc), assembler.finish()[0], [])
-        event, items = self.from_provider(response)
-        return self._outcome(settle(event, problem), response, items)
-
-    async def _call(
-        self, request: JsonDict, assembler: A, timeout_s: float
-    ) -> tuple[JsonDict, TurnEvent | None]:
-        created = await self._create(request, timeout_s)
-        if not self.stream:
-            return as_dict(created), None
-        stream = cast("openai.AsyncStream[Any]", created)
-        async with stream:
-            async for event in stream:
-                assembler.feed(as_dict(event))
-        return assembler.finish()
-
-    @functools.cached_property
-    def _meta(self) -> RecordMeta:
-        """Read once: the client builds its default headers anew on every read."""
+    def _record_meta(self) -> RecordMeta:
         return RecordMeta(PROVIDER, self.api, sdk_version(), api_version(self.client))
 
-    def _outcome(self, event: TurnEvent, raw: JsonDict, items: list[JsonDict]) -> TurnOutcome:
-        usage = raw.get("usage") or {}
-        inputs, outputs = self.usage_fields
-        return outcome(
-            self._meta,
-            event,
-            raw,
-            response_id=raw.get("id"),
-            usage=(usage.get(inputs), usage.get(outputs)),
-            items=items,
-        )
+    def _event(self, response: JsonDict, assembler: A) -> tuple[TurnEvent, list[JsonDict]]:
+        return self.from_provider(response)

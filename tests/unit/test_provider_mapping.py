@@ -5,6 +5,7 @@ reading the fixture files."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from callgate.providers.base import (
     TURN_EVENT,
     FinalAnswer,
     Incomplete,
+    JsonDict,
     RequestFailed,
     ToolRequests,
     ToolResultInput,
@@ -329,6 +331,13 @@ def test_responses_flat_error_event_fails_the_request() -> None:
     assert (problem.kind, problem.message, problem.status) == ("rate_limited", "slow down", 200)
 
 
+def _anth_finish(*events: dict[str, Any]) -> tuple[JsonDict, Mapping[int, str], Any]:
+    """The assembled message, the raw tool inputs it kept, and the stream's problem."""
+    stream = _anth_events(*events)
+    message, problem = stream.finish()
+    return message, stream.raw_inputs, problem
+
+
 def _anth_events(*events: dict[str, Any]) -> anth.MessagesStream:
     stream = anth.MessagesStream()
     stream.feed(
@@ -384,7 +393,7 @@ def test_anthropic_interleaved_one_char_blocks() -> None:
         {"type": "content_block_stop", "index": 1},
         {"type": "content_block_stop", "index": 2},
     ]
-    message, raw_inputs, problem = _anth_events(*events, *_stop("tool_use")).finish()
+    message, raw_inputs, problem = _anth_finish(*events, *_stop("tool_use"))
     assert problem is None and raw_inputs[1] == ARGS_TEXT
     event, items = anth.from_provider(message, raw_inputs)
     assert _calls(event) == [("toolu_a", "f", ARGS), ("toolu_b", "f", ARGS)]
@@ -400,14 +409,14 @@ def test_anthropic_interleaved_one_char_blocks() -> None:
 
 def test_anthropic_tool_block_without_stop_event_is_never_a_tool_call() -> None:
     events = [_block_start(0, _tu("toolu_a")), _json_delta(0, '{"a": 1}')]
-    message, raw_inputs, problem = _anth_events(*events, *_stop("tool_use")).finish()
+    message, raw_inputs, problem = _anth_finish(*events, *_stop("tool_use"))
     event = settle(anth.from_provider(message, raw_inputs)[0], problem)
     assert event == Incomplete(reason="stream_ended", detail="block 0 has no content_block_stop")
 
 
 def test_anthropic_max_tokens_mid_tool_use_wins_over_stream_problem() -> None:
     events = [_block_start(0, _tu("toolu_a")), _json_delta(0, '{"a": "trunc')]
-    message, raw_inputs, problem = _anth_events(*events, *_stop("max_tokens")).finish()
+    message, raw_inputs, problem = _anth_finish(*events, *_stop("max_tokens"))
     assert message["content"][0]["input"] is None  # the partial JSON is not shown as valid
     event = settle(anth.from_provider(message, raw_inputs)[0], problem)
     assert isinstance(event, Incomplete) and event.reason == "max_tokens"
@@ -419,7 +428,7 @@ def test_anthropic_tool_without_arguments_streams_empty_fragment() -> None:
         _json_delta(0, ""),
         {"type": "content_block_stop", "index": 0},
     ]
-    message, raw_inputs, problem = _anth_events(*events, *_stop("tool_use")).finish()
+    message, raw_inputs, problem = _anth_finish(*events, *_stop("tool_use"))
     assert problem is None
     assert _calls(anth.from_provider(message, raw_inputs)[0]) == [("toolu_a", "f", {})]
 

@@ -2,7 +2,7 @@
 scripted model running in this process.  Benchmark only; it isolates the runtime's own cost.
 
 Each class here *is* the real adapter of its protocol (request mapping, response
-classification, history items, the turn record); only ``_call`` differs: instead of sending
+classification, history items, the turn record); only ``_create`` differs: instead of sending
 the request through the SDK over HTTP, it hands the same request body to the scripted model
 server's own logic (`callgate.standins.scripted.server.ScriptedApp`: scenario step, the API's
 history rules, the non-stream response body).  So the provider-native history and everything
@@ -24,11 +24,11 @@ import redis.asyncio as aioredis
 from callgate.config import Settings
 from callgate.errors import ProviderError
 from callgate.keys import Keys
-from callgate.providers.anthropic_messages import AnthropicMessagesAdapter, MessagesStream
-from callgate.providers.base import JsonDict, ProviderAdapter, TurnEvent
+from callgate.providers.anthropic_messages import AnthropicMessagesAdapter
+from callgate.providers.base import JsonDict, ProviderAdapter
 from callgate.providers.common import error_message, kind_for_status, make_error
-from callgate.providers.openai_chat import ChatStream, OpenAIChatAdapter
-from callgate.providers.openai_responses import OpenAIResponsesAdapter, ResponsesStream
+from callgate.providers.openai_chat import OpenAIChatAdapter
+from callgate.providers.openai_responses import OpenAIResponsesAdapter
 from callgate.standins.scripted.scenario import build_turn, load_scenario
 from callgate.standins.scripted.server import ScriptedApp
 from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, WireFormat
@@ -107,37 +107,26 @@ def _as_provider_error(status: int, body: Mapping[str, Any]) -> ProviderError:
     return make_error(kind_for_status(status), message, status=status)
 
 
-class InProcessResponses(OpenAIResponsesAdapter):
-    def __init__(self, model: InProcessModel) -> None:
-        super().__init__(stream=False)
-        self.model = model
+class InProcess:
+    """The SDK call swapped for the in-process model; mixed in before a real adapter."""
 
-    async def _call(
-        self, request: JsonDict, assembler: ResponsesStream, timeout_s: float
-    ) -> tuple[JsonDict, TurnEvent | None]:
-        return await self.model.answer(RESPONSES, request), None
+    wire: WireFormat
+    model: InProcessModel
 
-
-class InProcessChat(OpenAIChatAdapter):
-    def __init__(self, model: InProcessModel) -> None:
-        super().__init__(stream=False)
-        self.model = model
-
-    async def _call(
-        self, request: JsonDict, assembler: ChatStream, timeout_s: float
-    ) -> tuple[JsonDict, TurnEvent | None]:
-        return await self.model.answer(CHAT, request), None
+    async def _create(self, request: JsonDict, timeout_s: float) -> JsonDict:
+        return await self.model.answer(self.wire, request)
 
 
-class InProcessMessages(AnthropicMessagesAdapter):
-    def __init__(self, model: InProcessModel) -> None:
-        super().__init__(stream=False)
-        self.model = model
+class InProcessResponses(InProcess, OpenAIResponsesAdapter):
+    wire = RESPONSES
 
-    async def _call(
-        self, request: JsonDict, assembler: MessagesStream, timeout_s: float
-    ) -> tuple[JsonDict, Mapping[int, str], TurnEvent | None]:
-        return await self.model.answer(ANTHROPIC, request), {}, None
+
+class InProcessChat(InProcess, OpenAIChatAdapter):
+    wire = CHAT
+
+
+class InProcessMessages(InProcess, AnthropicMessagesAdapter):
+    wire = ANTHROPIC
 
 
 _CLASSES: dict[str, type[InProcessResponses | InProcessChat | InProcessMessages]] = {
@@ -153,7 +142,9 @@ def _adapter(api: str, *, timed: bool) -> ProviderAdapter:
         raise ValueError(f"unknown provider api {api!r}; known: {sorted(_CLASSES)}")
     if timed not in _models:
         _models[timed] = InProcessModel(ModelClock(Settings()) if timed else None)
-    return _CLASSES[api](_models[timed])
+    adapter = _CLASSES[api](stream=False)
+    adapter.model = _models[timed]
+    return adapter
 
 
 def in_process(api: str) -> ProviderAdapter:
