@@ -19,7 +19,7 @@ links or mentions either.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -89,49 +89,40 @@ class Notification(BaseModel):
         return self
 
 
-class ButtonValue(BaseModel):
-    """What an Approve/Deny button carries; Slack returns it unchanged in the signed click."""
+class _ButtonPayload(BaseModel):
+    """A button's value: JSON that Slack returns unchanged in the signed click."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_value(self) -> str:
+        return orjson.dumps(self.model_dump()).decode()
+
+    @classmethod
+    def from_value(cls, value: str) -> Self | None:
+        """The parsed value, or None when it is not one of ours."""
+        try:
+            return cls.model_validate(orjson.loads(value))
+        except (orjson.JSONDecodeError, ValidationError):
+            return None
+
+
+class ButtonValue(_ButtonPayload):
+    """What an Approve/Deny button carries."""
 
     run_id: str = Field(min_length=1, max_length=128)
     approval_id: str = Field(min_length=1, max_length=128)
     call_id: str = Field(min_length=1, max_length=128)
     args_hash: str = Field(min_length=1, max_length=128)
 
-    def to_value(self) -> str:
-        return orjson.dumps(self.model_dump()).decode()
 
-    @classmethod
-    def from_value(cls, value: str) -> ButtonValue | None:
-        """The parsed value, or None when it is not one of ours."""
-        try:
-            return cls.model_validate(orjson.loads(value))
-        except (orjson.JSONDecodeError, ValidationError):
-            return None
-
-
-class ResolveValue(BaseModel):
+class ResolveValue(_ButtonPayload):
     """What an Applied / Not applied / Recheck button carries (the outcome is its action id):
     the call and the operation id the person was shown, which the resolution is bound to.
     At most ~530 characters of JSON, well under Slack's 2,000."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     run_id: str = Field(min_length=1, max_length=128)
     call_id: str = Field(min_length=1, max_length=128)
     op: str = Field(min_length=1, max_length=256)
-
-    def to_value(self) -> str:
-        return orjson.dumps(self.model_dump()).decode()
-
-    @classmethod
-    def from_value(cls, value: str) -> ResolveValue | None:
-        """The parsed value, or None when it is not one of ours."""
-        try:
-            return cls.model_validate(orjson.loads(value))
-        except (orjson.JSONDecodeError, ValidationError):
-            return None
 
 
 def _slack_date(ms: int) -> str:

@@ -10,13 +10,16 @@ are ignored, so the records can grow.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from callgate.keys import Keys
 from callgate.records import CallRecord
+
+R = TypeVar("R")
 
 
 class ApprovalView(BaseModel):
@@ -48,27 +51,30 @@ async def load_approval(
     redis: aioredis.Redis, keys: Keys, run_id: str, approval_id: str
 ) -> ApprovalView | None:
     """The record, or None when there is none (never written, or expired out of Redis)."""
-    raw: dict[Any, Any] = await redis.hgetall(keys.approval(run_id, approval_id))  # type: ignore[misc]
-    if not raw:
-        return None
-    data = {
-        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-        for k, v in raw.items()
-    }
-    try:
-        return ApprovalView.model_validate(data)
-    except ValidationError as exc:
-        raise MalformedRecordError(str(exc)) from exc
+    return await _load(redis, keys.approval(run_id, approval_id), _approval_view)
 
 
 async def load_call(
     redis: aioredis.Redis, keys: Keys, run_id: str, call_id: str
 ) -> CallRecord | None:
     """The call record, or None when there is none."""
-    raw: dict[Any, Any] = await redis.hgetall(keys.call(run_id, call_id))  # type: ignore[misc]
+    return await _load(redis, keys.call(run_id, call_id), CallRecord.from_hash)
+
+
+def _approval_view(raw: dict[Any, Any]) -> ApprovalView:
+    return ApprovalView.model_validate(
+        {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in raw.items()
+        }
+    )
+
+
+async def _load(redis: aioredis.Redis, key: str, parse: Callable[[dict[Any, Any]], R]) -> R | None:
+    raw: dict[Any, Any] = await redis.hgetall(key)  # type: ignore[misc]
     if not raw:
         return None
     try:
-        return CallRecord.from_hash(raw)
+        return parse(raw)
     except ValueError as exc:  # pydantic's ValidationError is one too
         raise MalformedRecordError(str(exc)) from exc
