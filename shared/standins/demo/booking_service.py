@@ -27,10 +27,8 @@ reservations, stats and faults).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +39,13 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from callgate.standins.demo.booking_faults import Fault, ScopedFaults
-from callgate.standins.demo.http import RunTally, run_id_of, run_service
+from callgate.standins.demo.http import (
+    RunTally,
+    configure_from,
+    run_id_of,
+    run_service,
+    service_parser,
+)
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 EVENTS: dict[str, dict[str, Any]] = {
@@ -292,11 +296,9 @@ async def get_faults(request: web.Request) -> web.Response:
 
 
 async def post_faults(request: web.Request) -> web.Response:
-    try:
-        update = orjson.loads(await request.read())
-        request.app[STATE].faults.configure(update, request.query.get("run_id") or None)
-    except (orjson.JSONDecodeError, ValueError, ValidationError) as exc:
-        return business_error(400, "bad_request", str(exc))
+    refused = await configure_from(request, request.app[STATE].faults.configure)
+    if refused is not None:
+        return business_error(400, "bad_request", refused)
     return await get_faults(request)
 
 
@@ -332,17 +334,10 @@ def make_app(state_file: str | None = None) -> web.Application:
 
 
 def main(argv: list[str] | None = None) -> None:
-    def extra(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--state", default=None, help="JSON file that keeps reservations")
-
-    # The shared runner defaults to the travel port; a later --port on the command line wins.
-    args = ["--port", str(DEFAULT_PORT), *(sys.argv[1:] if argv is None else argv)]
-    run_service(
-        lambda args: make_app(args.state),
-        description="callgate demo booking service",
-        argv=args,
-        extra_args=extra,
-    )
+    parser = service_parser("callgate demo booking service", port=DEFAULT_PORT)
+    parser.add_argument("--state", default=None, help="JSON file that keeps reservations")
+    args = parser.parse_args(argv)
+    run_service(make_app(args.state), args)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
 
 if TYPE_CHECKING:
@@ -72,6 +73,18 @@ def json_error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+async def configure_from(
+    request: web.Request, configure: Callable[[Any, str | None], None]
+) -> str | None:
+    """Hand a test endpoint's JSON body to ``configure(update, run_id)`` (``?run_id=R`` scopes
+    it to one run); the reason it was refused, or None."""
+    try:
+        configure(orjson.loads(await request.read()), request.query.get("run_id") or None)
+    except ValueError as exc:  # bad JSON and pydantic's ValidationError are ValueErrors
+        return str(exc)
+    return None
+
+
 async def serve(app: web.Application, *, host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT, then stop promptly (in-flight handlers get 1 s)."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -90,21 +103,18 @@ async def serve(app: web.Application, *, host: str, port: int) -> None:
         await runner.cleanup()
 
 
-def run_service(
-    make_app: Callable[[argparse.Namespace], web.Application],
-    *,
-    description: str,
-    argv: Sequence[str] | None = None,
-    extra_args: Callable[[argparse.ArgumentParser], None] | None = None,
-) -> None:
-    """The ``main()`` of a demo service: ``--host``, ``--port`` (0 = free port), then serve."""
+def service_parser(description: str, *, port: int) -> argparse.ArgumentParser:
+    """The command line of a demo service: ``--host`` and ``--port`` (0 = a free port); a
+    service adds its own options before parsing."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    if extra_args is not None:
-        extra_args(parser)
-    args = parser.parse_args(argv)
-    asyncio.run(serve(make_app(args), host=args.host, port=args.port))
+    parser.add_argument("--port", type=int, default=port)
+    return parser
+
+
+def run_service(app: web.Application, args: argparse.Namespace) -> None:
+    """The end of a demo service's ``main()``: serve ``app`` on ``--host``/``--port``."""
+    asyncio.run(serve(app, host=args.host, port=args.port))
 
 
 @dataclass

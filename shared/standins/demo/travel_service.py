@@ -24,7 +24,6 @@ Test and operator endpoints:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 from collections import Counter
@@ -33,9 +32,17 @@ from typing import Any, Literal
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from callgate.standins.demo.http import CALL_ID_HEADER, RunTally, json_error, run_id_of, run_service
+from callgate.standins.demo.http import (
+    CALL_ID_HEADER,
+    RunTally,
+    configure_from,
+    json_error,
+    run_id_of,
+    run_service,
+    service_parser,
+)
 from callgate.tools.canonical import canonical_json
 
 DATE = "2026-12-20"
@@ -55,6 +62,8 @@ WEATHER: dict[tuple[str, str], dict[str, Any]] = {
 }
 ENDPOINTS = ("train_status", "weather")
 CONFIG_ENV = "CALLGATE_TRAVEL_CONFIG"
+DEFAULT_PORT = 8765
+"""The tools' default URL; the booking service has 8766."""
 
 
 class EndpointConfig(BaseModel):
@@ -184,11 +193,9 @@ async def get_config(request: web.Request) -> web.Response:
 
 
 async def post_config(request: web.Request) -> web.Response:
-    try:
-        update = orjson.loads(await request.read())
-        request.app[STATE].configure(update, request.query.get("run_id") or None)
-    except (orjson.JSONDecodeError, ValueError, ValidationError) as exc:
-        return json_error(400, str(exc))
+    refused = await configure_from(request, request.app[STATE].configure)
+    if refused is not None:
+        return json_error(400, refused)
     return await get_config(request)
 
 
@@ -208,9 +215,7 @@ async def get_stats(request: web.Request) -> web.Response:
 
 
 async def get_run_stats(request: web.Request) -> web.Response:
-    return web.json_response(
-        {"requests": request.app[STATE].runs.of(request.match_info["run_id"])}
-    )
+    return web.json_response({"requests": request.app[STATE].runs.of(request.match_info["run_id"])})
 
 
 async def reset(request: web.Request) -> web.Response:
@@ -236,15 +241,10 @@ def make_app(initial_config: str | None = None) -> web.Application:
 
 
 def main(argv: list[str] | None = None) -> None:
-    def extra(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", default=os.environ.get(CONFIG_ENV))
-
-    run_service(
-        lambda args: make_app(args.config),
-        description="callgate demo travel service",
-        argv=argv,
-        extra_args=extra,
-    )
+    parser = service_parser("callgate demo travel service", port=DEFAULT_PORT)
+    parser.add_argument("--config", default=os.environ.get(CONFIG_ENV))
+    args = parser.parse_args(argv)
+    run_service(make_app(args.config), args)
 
 
 if __name__ == "__main__":
