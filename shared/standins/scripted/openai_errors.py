@@ -40,6 +40,16 @@ def error(
     return ApiError(status, body, headers or {})
 
 
+def missing_parameter(param: str) -> ApiError:
+    """The 400 both OpenAI APIs answer when a required request field is absent."""
+    return error(
+        400,
+        f"Missing required parameter: '{param}'.",
+        param=param,
+        code="missing_required_parameter",
+    )
+
+
 def bad_request(v: Violation) -> ApiError:
     return error(400, v.message, param=v.param, code=v.code)
 

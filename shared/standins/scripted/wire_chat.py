@@ -42,12 +42,7 @@ def validate(body: dict[str, Any]) -> ApiError | None:
     if not isinstance(body.get("model"), str):
         return openai_errors.error(400, "you must provide a model parameter")
     if not isinstance(body.get("messages"), list):
-        return openai_errors.error(
-            400,
-            "Missing required parameter: 'messages'.",
-            param="messages",
-            code="missing_required_parameter",
-        )
+        return openai_errors.missing_parameter("messages")
     return None
 
 

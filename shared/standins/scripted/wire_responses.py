@@ -51,12 +51,7 @@ _DEFAULTS: dict[str, Any] = {
 def validate(body: dict[str, Any]) -> ApiError | None:
     """Request-level checks the real API makes before looking at the history."""
     if not isinstance(body.get("model"), str):
-        return openai_errors.error(
-            400,
-            "Missing required parameter: 'model'.",
-            param="model",
-            code="missing_required_parameter",
-        )
+        return openai_errors.missing_parameter("model")
     prev = body.get("previous_response_id")
     if prev:
         return openai_errors.error(
