@@ -45,55 +45,67 @@ def _count_runs(flags: list[bool]) -> int:
     return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
 
 
+class _Pairing:
+    """Tool results paired with their tool names through the provider's call key."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.results: list[ToolResult] = []
+
+    def call(self, call_id: Any, name: Any) -> None:
+        self.names[str(call_id)] = str(name)
+
+    def result(self, call_id: Any, content: Any) -> None:
+        cid = str(call_id)
+        self.results.append(ToolResult(cid, self.names.get(cid, ""), flatten(content)))
+
+    def conversation(self, assistant_flags: list[bool], last_user: str) -> Conversation:
+        return Conversation(_count_runs(assistant_flags), tuple(self.results), last_user)
+
+
 def from_responses(body: dict[str, Any]) -> Conversation:
     raw = body.get("input")
     if isinstance(raw, str):
         return Conversation(0, (), raw)
     items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []
-    names: dict[str, str] = {}
-    results: list[ToolResult] = []
+    pairing = _Pairing()
     flags: list[bool] = []
     last_user = ""
     for item in items:
         kind = item.get("type", "message")
         if kind == "function_call":
-            names[str(item.get("call_id"))] = str(item.get("name"))
+            pairing.call(item.get("call_id"), item.get("name"))
         elif kind == "function_call_output":
-            cid = str(item.get("call_id"))
-            results.append(ToolResult(cid, names.get(cid, ""), flatten(item.get("output"))))
+            pairing.result(item.get("call_id"), item.get("output"))
         elif kind == "message" and item.get("role") == "user":
             last_user = flatten(item.get("content"))
         assistant = kind in ("function_call", "reasoning") or (
             kind == "message" and item.get("role") == "assistant"
         )
         flags.append(assistant)
-    return Conversation(_count_runs(flags), tuple(results), last_user)
+    return pairing.conversation(flags, last_user)
 
 
 def from_chat(body: dict[str, Any]) -> Conversation:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    names: dict[str, str] = {}
-    results: list[ToolResult] = []
+    pairing = _Pairing()
     last_user = ""
     for msg in messages:
         role = msg.get("role")
         if role == "assistant":
             for call in msg.get("tool_calls") or []:
                 fn = call.get("function") or {}
-                names[str(call.get("id"))] = str(fn.get("name"))
+                pairing.call(call.get("id"), fn.get("name"))
         elif role == "tool":
-            cid = str(msg.get("tool_call_id"))
-            results.append(ToolResult(cid, names.get(cid, ""), flatten(msg.get("content"))))
+            pairing.result(msg.get("tool_call_id"), msg.get("content"))
         elif role == "user":
             last_user = flatten(msg.get("content"))
-    flags = [m.get("role") == "assistant" for m in messages]
-    return Conversation(_count_runs(flags), tuple(results), last_user)
+    return pairing.conversation([m.get("role") == "assistant" for m in messages], last_user)
 
 
 def from_anthropic(body: dict[str, Any]) -> Conversation:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    names: dict[str, str] = {}
-    results: list[ToolResult] = []
+    pairing = _Pairing()
     last_user = ""
     for msg in messages:
         content = msg.get("content")
@@ -101,14 +113,12 @@ def from_anthropic(body: dict[str, Any]) -> Conversation:
         if msg.get("role") == "assistant":
             for b in blocks:
                 if isinstance(b, dict) and b.get("type") == "tool_use":
-                    names[str(b.get("id"))] = str(b.get("name"))
+                    pairing.call(b.get("id"), b.get("name"))
             continue
         texts = [b for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
         if isinstance(content, str) or texts:
             last_user = content if isinstance(content, str) else flatten(texts)
         for b in blocks:
             if isinstance(b, dict) and b.get("type") == "tool_result":
-                cid = str(b.get("tool_use_id"))
-                results.append(ToolResult(cid, names.get(cid, ""), flatten(b.get("content"))))
-    flags = [m.get("role") == "assistant" for m in messages]
-    return Conversation(_count_runs(flags), tuple(results), last_user)
+                pairing.result(b.get("tool_use_id"), b.get("content"))
+    return pairing.conversation([m.get("role") == "assistant" for m in messages], last_user)
