@@ -21,7 +21,7 @@ from callgate.auth.tokens import Signer
 from callgate.decisions.desk import ApprovalDesk
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
-from callgate.ops.chaos.common import REDIS_AWAY, pause, text
+from callgate.ops.chaos.common import poll, text
 from callgate.ops.chaos.workload import Decision
 
 APPROVER = "carol"
@@ -57,13 +57,7 @@ class Approver:
         self._stop.set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.decide_pending()
-            except REDIS_AWAY as exc:
-                log.info("approver: redis unavailable (%s); retrying", type(exc).__name__)
-            if await pause(self._stop, POLL_S):
-                return
+        await poll(self.decide_pending, self._stop, POLL_S, log, "approver")
 
     async def decide_pending(self) -> None:
         for partition in range(self.keys.partitions):

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 from callgate.auth.tokens import Signer
 from callgate.decisions.desk import ApprovalDesk
 from callgate.ledger.store import Ledger
-from callgate.ops.chaos.common import REDIS_AWAY, pause
+from callgate.ops.chaos.common import REDIS_AWAY, poll
 from callgate.ops.chaos.workload import PlannedRun
 from callgate.records import CallRecord, RunRecord
 from callgate.states import RUN_TERMINAL, CallState
@@ -109,15 +109,13 @@ class People:
         return None
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.resolve_pending()
-            except REDIS_AWAY as exc:
-                log.info("resolver: redis unavailable (%s); retrying", type(exc).__name__)
-            except aiohttp.ClientError as exc:
-                log.info("resolver: booking service: %s; retrying", exc)
-            if await pause(self._stop, POLL_S):
-                return
+        await poll(self._resolve_round, self._stop, POLL_S, log, "resolver")
+
+    async def _resolve_round(self) -> None:
+        try:
+            await self.resolve_pending()
+        except aiohttp.ClientError as exc:
+            log.info("resolver: booking service: %s; retrying", exc)
 
     async def resolve_pending(self) -> None:
         for call in await self.desk.unresolved(limit=1000):
