@@ -37,7 +37,7 @@ from callgate.records import Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
 from callgate.tools.canonical import args_hash
 from callgate.tools.contract import Tool, ToolContext, context_of
 
@@ -214,7 +214,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return Executor(runtime, session).handle
 
 
-SPEC = ServiceSpec("executor", ("exec",), _make_handler, (ExecRequest,))
+SPEC = ServiceSpec("executor", ("exec",), _make_handler, fails_bound_run(ExecRequest))
 
 if __name__ == "__main__":
     main(SPEC)

@@ -56,7 +56,7 @@ from callgate.providers.base import FinalAnswer, ProviderAdapter, TurnInput, Tur
 from callgate.records import CallRecord, RunRecord
 from callgate.states import RunState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
 from callgate.tools.acceptance import check_acceptance
 
 log = logging.getLogger("callgate.model_turn")
@@ -366,7 +366,9 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return worker.handle
 
 
-SPEC = ServiceSpec("model_turn", ("turns", "results"), _make_handler, (TurnRequest, CallResult))
+SPEC = ServiceSpec(
+    "model_turn", ("turns", "results"), _make_handler, fails_bound_run(TurnRequest, CallResult)
+)
 
 if __name__ == "__main__":
     main(SPEC)

@@ -149,7 +149,7 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return Reconciler(runtime, session).handle
 
 
-SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, on_dead_letter=_dead_letter)
+SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, _dead_letter)
 
 if __name__ == "__main__":
     main(SPEC)

@@ -42,7 +42,7 @@ from callgate.ledger.steps import Verdict
 from callgate.records import RAW_ARGUMENTS_MAX_BYTES, ErrorResult, truncate_utf8
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
 from callgate.tools.contract import context_of
 from callgate.tools.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
 
@@ -229,7 +229,9 @@ async def _make_handler(runtime: Runtime) -> Handler:
     return validator.handle
 
 
-SPEC = ServiceSpec("validator", ("validate", "decisions"), _make_handler, (ValidateRequest,))
+SPEC = ServiceSpec(
+    "validator", ("validate", "decisions"), _make_handler, fails_bound_run(ValidateRequest)
+)
 
 if __name__ == "__main__":
     main(SPEC)

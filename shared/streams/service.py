@@ -75,17 +75,27 @@ def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
     return Runtime(name, settings, client, keys, ledger, consumer_name(name), registry, trust)
 
 
+DeadLetterHook = Callable[["Runtime", DeadLetter], Awaitable[None]]
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One worker kind: its consumer group, the stream kinds it reads, its handler, and the
-    message kinds whose dead letter fails the run they belong to."""
+    """One worker kind: its consumer group, the stream kinds it reads, its handler, and what
+    a dead letter of its messages means (`fails_bound_run` for most)."""
 
     name: str
     stream_kinds: Sequence[str]
     make_handler: Callable[[Runtime], Awaitable[Handler]]
-    fails_runs: tuple[type[EnvelopeBase], ...] = ()
-    on_dead_letter: Callable[[Runtime, DeadLetter], Awaitable[None]] | None = None
-    """What else a dead letter means for this worker's messages (after `fails_runs`)."""
+    on_dead_letter: DeadLetterHook | None = None
+
+
+def fails_bound_run(*kinds: type[EnvelopeBase]) -> DeadLetterHook:
+    """The hook for a worker whose dead letters of ``kinds`` fail the run they belong to."""
+
+    async def hook(runtime: Runtime, letter: DeadLetter) -> None:
+        await fail_bound_run(runtime, letter, kinds)
+
+    return hook
 
 
 async def fail_bound_run(
@@ -114,7 +124,6 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     streams = [s for kind in spec.stream_kinds for s in runtime.keys.streams(kind)]
 
     async def dead_letter(letter: DeadLetter) -> None:
-        await fail_bound_run(runtime, letter, spec.fails_runs)
         if spec.on_dead_letter is not None:
             await spec.on_dead_letter(runtime, letter)
 

@@ -1,0 +1,88 @@
+"""A message no worker can handle fails the run it is bound to — through each real worker's
+own dead-letter hook and the real stream loop — and fails nothing when it names another turn
+(a stale or forged message must not end a live run)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from callgate.config import Settings
+from callgate.envelopes import Envelope, EnvelopeBase, ExecRequest, TurnRequest, ValidateRequest
+from callgate.errors import EnvelopeError
+from callgate.records import CallRecord, RunRecord
+from callgate.services import executor, model_turn, validator
+from callgate.states import CallState, RunState
+from callgate.streams.commands import post
+from callgate.streams.delivery import Delivery, Handler
+from callgate.streams.service import Runtime, ServiceSpec, build_runtime, serve
+
+WORKERS = {
+    "model_turn": (model_turn.SPEC, "turns"),
+    "executor": (executor.SPEC, "exec"),
+    "validator": (validator.SPEC, "validate"),
+}
+
+
+def _poison(worker: str, run_id: str, turn: int) -> EnvelopeBase:
+    if worker == "model_turn":
+        return TurnRequest(run_id=run_id, turn=turn)
+    if worker == "executor":
+        return ExecRequest(run_id=run_id, turn=turn, call_id="t2.0")
+    return ValidateRequest(run_id=run_id, turn=turn, call_ids=("t2.0",))
+
+
+async def _always_fails(runtime: Runtime) -> Handler:
+    async def handle(message: Envelope, delivery: Delivery) -> None:
+        raise EnvelopeError(f"cannot handle {message.kind}")
+
+    return handle
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    rt = build_runtime("dead-letter-test", settings)
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def _live_run(runtime: Runtime, run_id: str) -> None:
+    """A run on its second turn with one call of that turn, executing."""
+    ledger = runtime.ledger
+    run = RunRecord(
+        run_id=run_id, api="openai-responses", model="m", input="hi", turn=2,
+        status=RunState.EXECUTING,
+    )  # fmt: skip
+    tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
+    call = CallRecord(
+        run_id=run_id, call_id="t2.0", turn=2, index=0, provider_call_id="p-1", tool="book",
+        state=CallState.EXECUTING,
+    )  # fmt: skip
+    ledger.create_call(tx, call)
+    assert (await ledger.apply(tx)).ok
+
+
+@pytest.mark.parametrize("worker", list(WORKERS))
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "other-turn"])
+async def test_a_poison_message_fails_only_the_run_it_is_bound_to(
+    runtime: Runtime, worker: str, bound: bool
+) -> None:
+    spec, kind = WORKERS[worker]
+    run_id = f"dl-{worker}-{bound}"
+    await _live_run(runtime, run_id)
+    message = _poison(worker, run_id, turn=2 if bound else 1)
+    await post(runtime.redis, runtime.keys.run_stream(kind, run_id), message)
+
+    failing = ServiceSpec(spec.name, spec.stream_kinds, _always_fails, spec.on_dead_letter)
+    await serve(failing, runtime, burst=True)
+
+    run = await runtime.ledger.get_run(run_id)
+    assert run is not None
+    if bound:
+        assert run.status == RunState.FAILED
+        assert run.reason == f"dead letter: EnvelopeError: cannot handle {message.kind}"
+    else:
+        assert run.status == RunState.EXECUTING
