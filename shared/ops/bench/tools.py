@@ -16,23 +16,17 @@ from callgate.tools.contract import Effect, Tool, ToolContext
 SLEEP_MS = 50
 
 
-class ReadArgs(BaseModel):
+class KeyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: str = Field(min_length=1, max_length=64, description="What to read, e.g. k1.")
 
 
-class SleepArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    key: str = Field(min_length=1, max_length=64, description="What to read, e.g. k1.")
-
-
-async def _read(ctx: ToolContext, args: ReadArgs, operation_id: str) -> dict[str, Any]:
+async def _read(ctx: ToolContext, args: KeyArgs, operation_id: str) -> dict[str, Any]:
     return {"key": args.key, "value": f"value of {args.key}"}
 
 
-async def _sleep(ctx: ToolContext, args: SleepArgs, operation_id: str) -> dict[str, Any]:
+async def _sleep(ctx: ToolContext, args: KeyArgs, operation_id: str) -> dict[str, Any]:
     await asyncio.sleep(SLEEP_MS / 1000)
     return {"key": args.key, "slept_ms": SLEEP_MS}
 
@@ -41,7 +35,7 @@ bench_read = Tool(
     name="bench_read",
     version="1",
     description="Read one value by key; answers at once.",
-    args_model=ReadArgs,
+    args_model=KeyArgs,
     effect=Effect.READ,
     execute=_read,
 )
@@ -50,7 +44,7 @@ bench_sleep = Tool(
     name="bench_sleep",
     version="1",
     description=f"Read one value by key from a slow store ({SLEEP_MS} ms).",
-    args_model=SleepArgs,
+    args_model=KeyArgs,
     effect=Effect.READ,
     execute=_sleep,
 )
