@@ -32,7 +32,7 @@ from callgate.ops import exits
 from callgate.ops.run_options import APIS, add_spec_options, spec_from_args, tools_problem
 from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.supervisor import prefix_sink
-from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.ops.system import START_ERRORS, LocalSystem, SystemSpec
 from callgate.runspec import parse_spec
 
 COMMAND_MODULES = (
@@ -83,7 +83,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """Every worker as its own supervised process, until SIGINT/SIGTERM."""
+    """Every worker as its own supervised process, until SIGINT/SIGTERM; 1 when it cannot
+    start (said in one line)."""
     sigterm_as_interrupt()
     modules = None if args.tools is None else tuple(
         m.strip() for m in args.tools.split(",") if m.strip()
@@ -98,6 +99,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
     try:
         system.start()
+    except START_ERRORS as exc:
+        system.explain(exc, progress_to_stderr)
+        return 1
+    try:
         progress_to_stderr("running; Ctrl-C stops")
         signum = wait_for_stop_signal()
         progress_to_stderr(f"signal {signum}: stopping")

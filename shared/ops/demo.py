@@ -24,10 +24,9 @@ from callgate.ops.demo_workshop import (
     decide_pending,
     needs_terminal,
 )
-from callgate.ops.embedded_redis import RedisNotInstalledError
 from callgate.ops.stack import Progress, progress_to_stderr
 from callgate.ops.supervisor import prefix_sink, quiet_sink
-from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.ops.system import START_ERRORS, LocalSystem, SystemSpec
 from callgate.ops.trace import render
 from callgate.tools.registry import load_registry
 
@@ -139,13 +138,8 @@ def run_demo(options: DemoOptions, progress: Progress = progress_to_stderr) -> i
         spec = run_spec(demo, options, api, model)
         view, trace = asyncio.run(drive(system, spec, options, progress))
         summary = booking_summary(system.urls["booking"]) if demo.service == "booking" else None
-    except RedisNotInstalledError as exc:
-        progress(str(exc))
-        return 1
-    except (TimeoutError, RuntimeError, OSError, CallgateError, EOFError) as exc:
-        progress(f"demo failed: {exc}")
-        for line in system.tails():
-            progress(line)
+    except (*START_ERRORS, CallgateError, EOFError) as exc:
+        system.explain(exc, progress, "demo failed")
         return 1
     finally:
         progress("stopping")

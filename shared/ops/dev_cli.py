@@ -30,9 +30,9 @@ from callgate.auth.keys import write_secret_file
 from callgate.config import DEV_STATE_FILE, read_dev_state
 from callgate.logs import mask_url_password
 from callgate.ops.dev_logs import dev_sink, json_event
-from callgate.ops.embedded_redis import RedisNotInstalledError, free_port
+from callgate.ops.embedded_redis import free_port
 from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
-from callgate.ops.system import SERVICES, LocalSystem, SystemSpec
+from callgate.ops.system import SERVICES, START_ERRORS, LocalSystem, SystemSpec
 
 SLACK_CHANNEL = "C0CALLGATEDEV"
 SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
@@ -103,13 +103,8 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
         system.start()
         if args.slack:
             start_slack(system)
-    except RedisNotInstalledError as exc:
-        say(str(exc))
-        return 1
-    except (RuntimeError, TimeoutError, OSError) as exc:
-        say(f"could not start: {exc}")
-        for line in system.tails():
-            say(line)
+    except START_ERRORS as exc:
+        system.explain(exc, say)
         return 1
     state = dev_state(system)
     write_secret_file(state_file, orjson.dumps(state, option=orjson.OPT_INDENT_2), overwrite=True)

@@ -23,7 +23,12 @@ from callgate.auth.keyring import DEFAULT_PEOPLE, LocalKeyring, default_home
 from callgate.config import Settings
 from callgate.envelopes import new_id
 from callgate.logs import mask_url_password
-from callgate.ops.embedded_redis import EmbeddedRedis, free_port, redis_answers
+from callgate.ops.embedded_redis import (
+    EmbeddedRedis,
+    RedisNotInstalledError,
+    free_port,
+    redis_answers,
+)
 from callgate.ops.stack import WORKERS, available_workers, base_env, default_redis_url, worker_argv
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.standins.demo import TOOL_MODULES as DEMO_TOOL_MODULES
@@ -36,6 +41,9 @@ SERVICES: dict[str, tuple[str, str]] = {
     "booking": ("callgate.standins.demo.booking_service", "CALLGATE_BOOKING_URL"),
 }
 """Demo service → (module, the setting its tools read the URL from)."""
+
+START_ERRORS = (RuntimeError, TimeoutError, OSError)
+"""What starting the system raises when this machine's setup is wrong (`LocalSystem.explain`)."""
 
 RedisMode = Literal["reuse", "private", "private_aof"]
 Progress = Callable[[str], None]
@@ -223,6 +231,16 @@ class LocalSystem:
             for name in list(self.supervisor.children)
             for line in self.supervisor.tail(name)[-lines:]
         ]
+
+    def explain(self, exc: BaseException, say: Progress, what: str = "could not start") -> None:
+        """Say in one line why the system failed (a user's setup, not a traceback), then
+        the children's last lines unless nothing could be installed to start."""
+        if isinstance(exc, RedisNotInstalledError):
+            say(str(exc))
+            return
+        say(f"{what}: {exc}")
+        for line in self.tails():
+            say(line)
 
     def stop(self) -> None:
         """Stop every child, then our own Redis; safe to call twice."""

