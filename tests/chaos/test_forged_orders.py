@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 import redis.asyncio as aioredis
 
 from callgate.envelopes import ValidateRequest, encode, new_id
@@ -78,33 +79,29 @@ def _order(user: str, raw: str) -> DecideFacts:
     return DecideFacts(run=run, calls=(call,))
 
 
-async def test_an_order_claiming_another_identity_is_decided_as_the_ledger_says(
-    fresh: Deployment,
+@pytest.mark.parametrize(
+    ("user", "raw"),
+    [
+        # bob may reserve for p-bob (with an approval); the run is alice's, who may not.
+        pytest.param("bob", FOR_BOB, id="claiming-another-identity"),
+        # The model asked for p-bob; an order saying p-alice (alice's own) must not pass for it.
+        pytest.param("alice", FOR_ALICE, id="with-other-arguments"),
+    ],
+)
+async def test_an_order_that_does_not_match_the_ledger_is_decided_as_the_ledger_says(
+    fresh: Deployment, user: str, raw: str
 ) -> None:
-    # bob may reserve for p-bob (with an approval); the run is alice's, who may not.
     run_id = await _validating_run(fresh, FOR_BOB)
-    await _post(fresh, run_id, _order("bob", FOR_BOB))
+    await _post(fresh, run_id, _order(user, raw))
 
     call = await _decided(fresh, run_id)
 
+    # alice's run, for p-bob, on the recorded arguments: not hers to reserve, nothing to approve.
     assert call.state == CallState.REJECTED
     assert call.result is not None and call.result.model_dump()["error"]["code"] == "not_authorized"
     assert call.approval_id is None
-    assert _mismatch_logged(fresh, run_id)
-
-
-async def test_an_order_with_other_arguments_is_decided_on_the_recorded_ones(
-    fresh: Deployment,
-) -> None:
-    # The model asked for p-bob; an order saying p-alice (alice's own) must not pass for it.
-    run_id = await _validating_run(fresh, FOR_BOB)
-    await _post(fresh, run_id, _order("alice", FOR_ALICE))
-
-    call = await _decided(fresh, run_id)
-
-    assert call.state == CallState.REJECTED
-    assert call.result is not None and call.result.model_dump()["error"]["code"] == "not_authorized"
     assert call.arguments == {"event_id": "ws-101", "participant_id": "p-bob"}
+    assert _mismatch_logged(fresh, run_id)
 
 
 async def test_a_matching_order_is_decided_as_it_stands(fresh: Deployment) -> None:
