@@ -5,6 +5,7 @@ and is replaced on the next request."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,16 +17,27 @@ from callgate.ledger.pipeline import AutoPipeline
 from callgate.ledger.wire import BlockingReads, wire_address
 
 
+@pytest.fixture
+async def pipe(redis: aioredis.Redis) -> AsyncIterator[AutoPipeline]:
+    """The ledger's pipeline on the test's Redis, closed after the test."""
+    pipeline = AutoPipeline(redis)
+    try:
+        yield pipeline
+    finally:
+        await pipeline.aclose()
+
+
 async def _kill_other_clients(redis: aioredis.Redis) -> None:
     await redis.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
     await asyncio.sleep(0.1)  # let the killed side see its connection go
 
 
 async def test_replies_have_the_shapes_redis_py_gives(
-    redis: aioredis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    redis: aioredis.Redis,
+    pipe: AutoPipeline,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    pipe = AutoPipeline(redis)
-
     async def through_redis_py(batch: object) -> list[object]:
         raise AssertionError("a hot command took redis-py's pipeline, and its flush with it")
 
@@ -58,24 +70,20 @@ async def test_replies_have_the_shapes_redis_py_gives(
         await redis.evalsha(sha, 1, h, "arg"),
     ]
     assert wire == expected
-    await pipe.aclose()
 
 
 async def test_an_empty_request_resolves_at_once_and_the_next_gets_its_own_reply(
-    redis: aioredis.Redis, settings: Settings
+    pipe: AutoPipeline, settings: Settings
 ) -> None:
-    pipe = AutoPipeline(redis)
     key = f"{settings.key_prefix}:n"
     empty, counted = await asyncio.gather(pipe.send([]), pipe.send([("incr", key)]))
     assert empty == [] and counted == [1]
     assert await pipe.send([("incr", key)]) == [2]
-    await pipe.aclose()
 
 
 async def test_script_errors_come_back_as_redis_py_exceptions_in_place(
-    redis: aioredis.Redis, settings: Settings
+    redis: aioredis.Redis, pipe: AutoPipeline, settings: Settings
 ) -> None:
-    pipe = AutoPipeline(redis)
     key = f"{settings.key_prefix}:k"
     bad_sha = "0" * 40
     failing = await redis.script_load("return redis.error_reply('CGTX op 1 hset: nope')")
@@ -83,18 +91,15 @@ async def test_script_errors_come_back_as_redis_py_exceptions_in_place(
     assert isinstance(replies[0], NoScriptError)
     assert isinstance(replies[1], ResponseError) and "CGTX op 1 hset: nope" in str(replies[1])
     assert replies[2] == 1
-    await pipe.aclose()
 
 
 async def test_a_dropped_connection_is_replaced_on_the_next_request(
-    redis: aioredis.Redis, settings: Settings
+    redis: aioredis.Redis, pipe: AutoPipeline, settings: Settings
 ) -> None:
-    pipe = AutoPipeline(redis)
     key = f"{settings.key_prefix}:n"
     assert await pipe.send([("incr", key)]) == [1]
     await _kill_other_clients(redis)
     assert await pipe.send([("incr", key)]) == [2]
-    await pipe.aclose()
 
 
 async def test_a_selected_database_is_the_one_written(settings: Settings) -> None:
