@@ -20,6 +20,7 @@ from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 
 APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+TRAVEL = ["get_train_status", "get_weather"]
 View = dict[str, Any]
 
 

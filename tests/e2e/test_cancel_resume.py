@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -20,24 +19,10 @@ from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.ops.control_cli import control
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, connected, deployment, http, status, submit, until
+from tests.e2e.people import APIS, TRAVEL, approve, http, status, submit, until
 
 pytestmark = pytest.mark.slow
-
-TRAVEL = ["get_train_status", "get_weather"]
-
-
-@pytest.fixture(scope="module")
-def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    yield from deployment(redis_server, ("travel", "booking"))
-
-
-@pytest.fixture
-async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    async with connected(system, reset=("booking", "model")) as c:
-        yield c
 
 
 async def model_requests(system: LocalSystem, scenario: str) -> int:

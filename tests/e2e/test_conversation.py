@@ -6,8 +6,6 @@ run completes (``enqueue``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import orjson
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -15,24 +13,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from callgate.auth.tokens import Signer
 from callgate.client import CallgateClient
 from callgate.errors import JobFailedError
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.people import APIS, approve, connected, deployment, http, status, submit, until
+from tests.e2e.people import APIS, TRAVEL, approve, http, status, submit, until
 
 pytestmark = pytest.mark.slow
-
-TRAVEL = ["get_train_status", "get_weather"]
-
-
-@pytest.fixture(scope="module")
-def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    yield from deployment(redis_server, ("travel", "booking"))
-
-
-@pytest.fixture
-async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    async with connected(system) as c:
-        yield c
 
 
 @pytest.mark.parametrize("api", APIS)
