@@ -3,6 +3,7 @@ index forgets a run once its keys are gone."""
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio as aioredis
 
 from callgate.clock import now_ms
@@ -36,12 +37,17 @@ async def _run_with_everything(ledger: Ledger, run_id: str) -> RunRecord:
     return run
 
 
+@pytest.mark.parametrize(
+    ("end", "reason"),
+    [(RunState.HANDED_OFF, "deadline reached"), (RunState.FAILED, "dead letter: poison")],
+)
 async def test_every_key_of_a_finished_run_gets_the_retention(
-    redis: aioredis.Redis, settings: Settings
+    redis: aioredis.Redis, settings: Settings, end: RunState, reason: str
 ) -> None:
+    """However the run ends, its approvals expire with the rest."""
     ledger = _ledger(redis, settings)
     run = await _run_with_everything(ledger, "run-r1")
-    ended = await ledger.end_run(run, RunState.HANDED_OFF, "deadline reached")
+    ended = await ledger.end_run(run, end, reason)
     assert (await ledger.apply(ended)).ok
 
     names = [n async for n in redis.scan_iter(f"{settings.key_prefix}:*run-r1*")]
@@ -51,16 +57,6 @@ async def test_every_key_of_a_finished_run_gets_the_retention(
         assert 0 < await redis.ttl(name) <= 3600, name
     deadlines = ledger.keys.deadlines(ledger.keys.partition("run-r1"))
     assert await redis.zscore(deadlines, "run-r1") is None
-
-
-async def test_fail_run_expires_the_approvals_too(
-    redis: aioredis.Redis, settings: Settings
-) -> None:
-    ledger = _ledger(redis, settings)
-    run = await _run_with_everything(ledger, "run-r2")
-    ended = await ledger.end_run(run, RunState.FAILED, "dead letter: poison")
-    assert (await ledger.apply(ended)).ok
-    assert 0 < await redis.ttl(ledger.keys.approval("run-r2", "apr-1")) <= 3600
 
 
 async def test_the_runs_index_forgets_expired_runs_only(
