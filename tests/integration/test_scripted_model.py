@@ -420,22 +420,34 @@ async def test_two_parallel_calls_then_answer_citing_both(
 # -- strict history rules through the SDK -------------------------------------------------
 
 
+# Where each OpenAI API carries tool results: (the request's list, a result's call-id field, the
+# 400 message when a call's result is missing (with that call's id), and when a result names a
+# call nobody issued).
+OPENAI_RESULTS = {
+    "responses": (
+        "input",
+        "call_id",
+        "No tool output found for function call {}.",
+        "No tool call found for function call output with call_id call_NotAnIdWe",
+    ),
+    "chat": (
+        "messages",
+        "tool_call_id",
+        "The following tool_call_ids did not have response messages: {}",
+        "Invalid parameter: 'tool_call_id' of 'call_NotAnIdWeIssued00000000' not found",
+    ),
+}
+
+
 def _broken(proto: str, good: dict[str, Any], kind: str) -> tuple[dict[str, Any], str]:
     bad = json.loads(json.dumps(good))
-    if proto == "responses":
-        outputs = bad["input"]
+    if proto in OPENAI_RESULTS:
+        field, id_field, missing, wrong_id = OPENAI_RESULTS[proto]
+        entries = bad[field]
         if kind == "missing":
-            cid = outputs.pop()["call_id"]
-            return bad, f"No tool output found for function call {cid}."
-        outputs[-1]["call_id"] = "call_NotAnIdWeIssued00000000"
-        return bad, "No tool call found for function call output with call_id call_NotAnIdWe"
-    if proto == "chat":
-        msgs = bad["messages"]
-        if kind == "missing":
-            cid = msgs.pop()["tool_call_id"]
-            return bad, f"The following tool_call_ids did not have response messages: {cid}"
-        msgs[-1]["tool_call_id"] = "call_NotAnIdWeIssued00000000"
-        return bad, "Invalid parameter: 'tool_call_id' of 'call_NotAnIdWeIssued00000000' not found"
+            return bad, missing.format(entries.pop()[id_field])
+        entries[-1][id_field] = "call_NotAnIdWeIssued00000000"
+        return bad, wrong_id
     results = bad["messages"][-1]["content"]
     if kind == "missing":
         tid = results.pop()["tool_use_id"]
