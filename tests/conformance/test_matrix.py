@@ -45,6 +45,11 @@ def _broken(outcome: Outcome, **changes: Any) -> Cell:
     return check(outcome.case, outcome.cell.api, seen)
 
 
+def _executed(outcome: Outcome, tool: str, times: int) -> Cell:
+    """The cell had the service counted ``times`` executions of ``tool``."""
+    return _broken(outcome, executions={**outcome.observation.executions, tool: times})
+
+
 def test_the_matrix_has_every_case_on_every_protocol(
     matrix: dict[tuple[str, str], Outcome],
 ) -> None:
@@ -106,7 +111,7 @@ def test_a_result_missing_from_the_history_is_caught(
 
 def test_an_extra_execution_is_caught(matrix: dict[tuple[str, str], Outcome]) -> None:
     outcome = _outcome(matrix, "one-call", "anthropic-messages")
-    cell = _broken(outcome, executions={**outcome.observation.executions, "get_train_status": 2})
+    cell = _executed(outcome, "get_train_status", 2)
     assert not cell.passed
     assert "executions of get_train_status: expected 1, the service counted 2" in cell.detail
 
@@ -116,7 +121,7 @@ def test_executing_a_truncated_call_is_caught(
     matrix: dict[tuple[str, str], Outcome], api: str
 ) -> None:
     outcome = _outcome(matrix, "truncated", api)
-    cell = _broken(outcome, executions={**outcome.observation.executions, "get_train_status": 1})
+    cell = _executed(outcome, "get_train_status", 1)
     assert not cell.passed
     assert "executions of get_train_status: expected 0, the service counted 1" in cell.detail
 
@@ -128,7 +133,7 @@ def test_replaying_an_unknown_write_is_caught(
     outcome = _outcome(matrix, case, "openai-responses")
     # A replay with the same operation id: the service deduplicates, so still one
     # reservation — but the write was sent twice, and the count says so.
-    cell = _broken(outcome, executions={**outcome.observation.executions, "reserve_seat": 2})
+    cell = _executed(outcome, "reserve_seat", 2)
     assert not cell.passed
     assert "executions of reserve_seat: expected 1, the service counted 2" in cell.detail
     replayed_as_new = _broken(outcome, effects=2)  # a replay under a new operation id
@@ -216,7 +221,7 @@ def test_a_resolution_not_honoured_is_caught(
     cell = _broken(outcome, calls=(invented,))
     assert not cell.passed and not cell.pairing_ok
     assert 'not the {"reservation_id":"r-confirmed-by-carol"} carol confirmed' in cell.detail
-    replayed = _broken(outcome, executions={**outcome.observation.executions, "reserve_seat": 2})
+    replayed = _executed(outcome, "reserve_seat", 2)
     assert "executions of reserve_seat: expected 1, the service counted 2" in replayed.detail
     unasked = _broken(outcome, states=(PAUSE, "completed"), acted=None)
     assert "carol never got to resolve" in unasked.detail
