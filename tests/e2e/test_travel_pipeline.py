@@ -55,6 +55,14 @@ class Stack:
             await client.wait(run_id, 30)
             return await client.view(run_id)
 
+    async def run_with_slow_weather(self, api: str, delay_s: float, text: str) -> dict[str, Any]:
+        """A ``travel-parallel`` run while the weather service answers ``delay_s`` late."""
+        await self.post(f"{self.travel_url}/_config", {"weather": {"delay_s": delay_s}})
+        try:
+            return await self.run(api, "travel-parallel", text)
+        finally:
+            await self.post(f"{self.travel_url}/_reset")
+
     async def finished_order(self, run_id: str) -> list[str]:
         async with CallgateClient(self.settings) as client:
             events = await client.events(run_id)
@@ -97,11 +105,7 @@ def replicated(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[St
 async def test_parallel_reads_complete_in_reverse_order_and_pair_by_call_id(
     stack: Stack, api: str
 ) -> None:
-    await stack.post(f"{stack.travel_url}/_config", {"weather": {"delay_s": 0.4}})
-    try:
-        view = await stack.run(api, "travel-parallel", "Train G1234 and Hangzhou weather?")
-    finally:
-        await stack.post(f"{stack.travel_url}/_reset")
+    view = await stack.run_with_slow_weather(api, 0.4, "Train G1234 and Hangzhou weather?")
     assert view["status"] == "completed", view
     calls = {c["tool"]: c for c in view["calls"]}
     assert calls["get_train_status"]["state"] == calls["get_weather"]["state"] == "succeeded"
@@ -120,11 +124,7 @@ async def test_parallel_reads_complete_in_reverse_order_and_pair_by_call_id(
 async def test_weather_timeout_gives_an_error_result_and_the_run_completes(
     stack: Stack, api: str
 ) -> None:
-    await stack.post(f"{stack.travel_url}/_config", {"weather": {"delay_s": 5}})
-    try:
-        view = await stack.run(api, "travel-parallel", "Train and weather?")
-    finally:
-        await stack.post(f"{stack.travel_url}/_reset")
+    view = await stack.run_with_slow_weather(api, 5, "Train and weather?")
     assert view["status"] == "completed", view
     calls = {c["tool"]: c for c in view["calls"]}
     assert calls["get_train_status"]["result"]["status"] == "ok"
