@@ -67,6 +67,13 @@ class Workshop:
         async with CallgateClient(self.settings) as client:
             return await client.submit(spec)
 
+    async def submit_approved(self, api: str) -> str:
+        """A run whose reservation carol approves (on the stream) once it waits for her."""
+        run_id = await self.submit(api)
+        await self.until(run_id, "paused_approval")
+        await self.decide(run_id, "approve", "carol")
+        return run_id
+
     async def until(self, run_id: str, *states: str, timeout_s: float = 30) -> dict[str, Any]:
         """The run's view once its status is one of ``states``."""
         return await self.poll(run_id, lambda v: v["status"] in states, timeout_s)
@@ -188,6 +195,13 @@ async def reserve_requests(workshop: Workshop) -> int:
     return int((await workshop.booking("GET", "/_stats"))["reserve"]["requests"])
 
 
+async def assert_reserved_once(workshop: Workshop) -> None:
+    """One reserve request reached the booking service, and alice holds its one seat."""
+    stats = await workshop.booking("GET", "/_stats")
+    assert stats["reserve"]["requests"] == 1, "the write was sent once, never again"
+    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+
+
 @pytest.mark.parametrize("api", APIS)
 async def test_signed_slack_approval_reserves_exactly_once(workshop: Workshop, api: str) -> None:
     run_id = await workshop.submit(api)
@@ -196,9 +210,7 @@ async def test_signed_slack_approval_reserves_exactly_once(workshop: Workshop, a
     assert await reserve_requests(workshop) == 0, "nothing runs before the decision"
     assert await workshop.click(message, CAROL) == 200
     view = await workshop.until(run_id, "completed")
-    stats = await workshop.booking("GET", "/_stats")
-    assert stats["reserve"]["requests"] == 1
-    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    await assert_reserved_once(workshop)
     assert view["calls"][0]["state"] == "succeeded"
     assert "p-alice" in view["final_text"]
     [update] = await workshop.slack_calls("chat.update")
@@ -243,9 +255,7 @@ async def test_refused_decisions_change_nothing(workshop: Workshop, api: str) ->
     assert any("already approved" in r for r in await workshop.ephemerals())
     second = await workshop.decide(run_id, "deny", "carol", reason="changed my mind")
     assert second is not None and not second.applied
-    stats = await workshop.booking("GET", "/_stats")
-    assert stats["reserve"]["requests"] == 1
-    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    await assert_reserved_once(workshop)
     assert (await workshop.until(run_id, "completed"))["calls"][0]["state"] == "succeeded"
 
 
@@ -303,13 +313,9 @@ async def test_expired_approval_refuses_late_decisions_and_tells_the_model(
 async def test_lost_answer_is_reconciled_not_replayed(workshop: Workshop, api: str) -> None:
     drop = {"mode": "commit_then_drop", "count": 1}
     await workshop.booking("POST", "/_faults", {"reserve": drop})
-    run_id = await workshop.submit(api)
-    await workshop.until(run_id, "paused_approval")
-    await workshop.decide(run_id, "approve", "carol")
+    run_id = await workshop.submit_approved(api)
     view = await workshop.until(run_id, "completed")
-    stats = await workshop.booking("GET", "/_stats")
-    assert stats["reserve"]["requests"] == 1
-    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    await assert_reserved_once(workshop)
     assert view["calls"][0]["state"] == "succeeded"
     assert "reservation_id" in view["final_text"]
 
@@ -323,9 +329,7 @@ async def test_inconclusive_reconciliation_pauses_the_run_and_notifies(
         "/_faults",
         {"reserve": {"mode": "commit_then_drop", "count": 1}, "lookup": {"mode": "lookup_unknown"}},
     )
-    run_id = await workshop.submit(api)
-    await workshop.until(run_id, "paused_approval")
-    await workshop.decide(run_id, "approve", "carol")
+    run_id = await workshop.submit_approved(api)
     view = await workshop.until(run_id, "paused_unknown_outcome")
     assert view["calls"][0]["state"] == "unresolved"
     assert await reserve_requests(workshop) == 1, "nothing is replayed"
@@ -346,9 +350,7 @@ async def test_executor_killed_mid_write_is_reconciled_never_replayed(
     # The booking service commits at once, then holds the answer: the write is in flight.
     slow = {"mode": "slow", "delay_s": 4.0, "commit": "before", "count": 1}
     await workshop.booking("POST", "/_faults", {"reserve": slow})
-    run_id = await workshop.submit(api)
-    await workshop.until(run_id, "paused_approval")
-    await workshop.decide(run_id, "approve", "carol")
+    run_id = await workshop.submit_approved(api)
     await workshop.until_call(run_id, "executing")
     deadline = time.monotonic() + 10
     while await reserve_requests(workshop) == 0 and time.monotonic() < deadline:
@@ -359,9 +361,7 @@ async def test_executor_killed_mid_write_is_reconciled_never_replayed(
 
     view = await workshop.until(run_id, "completed", timeout_s=45)
     assert supervisor.wait_restarted("executor", killed_pid, 10) != killed_pid
-    stats = await workshop.booking("GET", "/_stats")
-    assert stats["reserve"]["requests"] == 1, "the write was never sent again"
-    assert stats["reservations_by_participant"] == {"ws-101/p-alice": 1}
+    await assert_reserved_once(workshop)
     assert view["calls"][0]["state"] == "succeeded"
     async with CallgateClient(workshop.settings) as client:
         moves = [(e.data.get("from"), e.data.get("to")) for e in await client.events(run_id)
