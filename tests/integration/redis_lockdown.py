@@ -182,18 +182,28 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
-def make_ca(directory: Path, name: str) -> tuple[Path, ec.EllipticCurvePrivateKey, x509.Name]:
-    """A self-signed CA: its certificate's path, its key, its name."""
-    key, subject = _key(), _name(name)
+def _certificate(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey
+) -> x509.CertificateBuilder:
+    """A certificate for ``key`` valid from five minutes ago for a day, to be extended and
+    signed by ``issuer``."""
     now = dt.datetime.now(dt.UTC)
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(subject)
-        .issuer_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=1))
+    )
+
+
+def make_ca(directory: Path, name: str) -> tuple[Path, ec.EllipticCurvePrivateKey, x509.Name]:
+    """A self-signed CA: its certificate's path, its key, its name."""
+    key, subject = _key(), _name(name)
+    cert = (
+        _certificate(subject, subject, key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_CA_KEY_USAGE, critical=True)
         .sign(key, hashes.SHA256())
@@ -207,16 +217,9 @@ def make_tls(directory: Path) -> RedisTls:
     """A CA and the server certificate it signed, for 127.0.0.1 and localhost."""
     ca_file, ca_key, ca_name = make_ca(directory, "callgate-test-ca")
     key = _key()
-    now = dt.datetime.now(dt.UTC)
     names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("localhost"))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
+        _certificate(_name("localhost"), ca_name, key)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
