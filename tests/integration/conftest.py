@@ -1,4 +1,5 @@
-"""Fixtures the integration tests share: a callgate client, a raw arq pool, a fake Slack."""
+"""Fixtures the integration tests share: a callgate client, a raw arq pool, a fake Slack, a
+worker's runtime."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.jobs import job_deserializer, job_serializer, queue_name, redis_settings
 from callgate.standins.fake_slack import FakeSlack
+from callgate.streams.service import Runtime, build_runtime
 from tests.slack_clicks import fake_slack
 
 
@@ -37,3 +39,13 @@ async def fake() -> AsyncIterator[FakeSlack]:
     """The fake Slack Web API the Slack bot's tests post to."""
     async with fake_slack() as server:
         yield server
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    """What a worker process builds at start (Redis client, ledger, registry, trust)."""
+    rt = build_runtime("test", settings)
+    try:
+        yield rt
+    finally:
+        await rt.close()

@@ -4,11 +4,8 @@ own dead-letter hook and the real stream loop — and fails nothing when it name
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from callgate.config import Settings
 from callgate.envelopes import Envelope, EnvelopeBase, ExecRequest, TurnRequest, ValidateRequest
 from callgate.errors import EnvelopeError
 from callgate.records import CallRecord, RunRecord
@@ -16,7 +13,7 @@ from callgate.services import executor, model_turn, validator
 from callgate.states import CallState, RunState
 from callgate.streams.commands import post
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, build_runtime, serve
+from callgate.streams.service import Runtime, ServiceSpec, serve
 
 WORKERS = {
     "model_turn": (model_turn.SPEC, "turns"),
@@ -38,15 +35,6 @@ async def _always_fails(runtime: Runtime) -> Handler:
         raise EnvelopeError(f"cannot handle {message.kind}")
 
     return handle
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = build_runtime("dead-letter-test", settings)
-    try:
-        yield rt
-    finally:
-        await rt.close()
 
 
 async def _live_run(runtime: Runtime, run_id: str) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -25,20 +24,11 @@ from callgate.jobs import START_RUN
 from callgate.ledger.tx import Tx
 from callgate.services.ingress import start_run
 from callgate.states import RunState
-from callgate.streams.service import Runtime, build_runtime
+from callgate.streams.service import Runtime
 from callgate.sweeps import sweep_approvals, sweep_deadlines
 from tests.integration.helpers import drain, new_run_id
 from tests.seed import run_spec as spec
 from tests.seed import signed_job
-
-
-@pytest.fixture
-async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = build_runtime("ingress", settings)
-    try:
-        yield rt
-    finally:
-        await rt.close()
 
 
 async def turn_messages(redis: aioredis.Redis, runtime: Runtime, run_id: str) -> list[TurnRequest]:
