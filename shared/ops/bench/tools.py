@@ -7,47 +7,29 @@ I/O-bound call (executor scaling and recovery).  Both are reads: a crash redoes 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from callgate.tools.contract import Effect, Tool, ToolContext
+from callgate.tools.decorator import tool
 
 SLEEP_MS = 50
 
-
-class KeyArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    key: str = Field(min_length=1, max_length=64, description="What to read, e.g. k1.")
+Key = Annotated[str, Field(min_length=1, max_length=64, description="What to read, e.g. k1.")]
 
 
-async def _read(ctx: ToolContext, args: KeyArgs, operation_id: str) -> dict[str, Any]:
-    return {"key": args.key, "value": f"value of {args.key}"}
+@tool(effect=Effect.READ)
+async def bench_read(ctx: ToolContext, key: Key) -> dict[str, Any]:
+    """Read one value by key; answers at once."""
+    return {"key": key, "value": f"value of {key}"}
 
 
-async def _sleep(ctx: ToolContext, args: KeyArgs, operation_id: str) -> dict[str, Any]:
+@tool(effect=Effect.READ, description=f"Read one value by key from a slow store ({SLEEP_MS} ms).")
+async def bench_sleep(ctx: ToolContext, key: Key) -> dict[str, Any]:
     await asyncio.sleep(SLEEP_MS / 1000)
-    return {"key": args.key, "slept_ms": SLEEP_MS}
+    return {"key": key, "slept_ms": SLEEP_MS}
 
-
-bench_read = Tool(
-    name="bench_read",
-    version="1",
-    description="Read one value by key; answers at once.",
-    args_model=KeyArgs,
-    effect=Effect.READ,
-    execute=_read,
-)
-
-bench_sleep = Tool(
-    name="bench_sleep",
-    version="1",
-    description=f"Read one value by key from a slow store ({SLEEP_MS} ms).",
-    args_model=KeyArgs,
-    effect=Effect.READ,
-    execute=_sleep,
-)
 
 TOOLS: list[Tool[Any]] = [bench_read, bench_sleep]
 MODULE = __name__

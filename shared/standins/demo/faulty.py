@@ -11,64 +11,49 @@ Test deployments register this module (``callgate.standins.demo.FAULTY``); demos
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from callgate.tools.contract import Effect, Reconciliation, Tool, ToolContext
+from callgate.tools.decorator import tool
 
 PLANTED_PASSWORD = "fortune-hunter2"
 """In the read's exception text; it must reach neither the ledger, the events nor the model."""
 
 
-class FortuneArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@tool(effect=Effect.READ)
+async def read_fortune(
+    ctx: ToolContext, sign: Annotated[str, Field(min_length=1, max_length=32)]
+) -> dict[str, Any]:
+    """Today's fortune for a star sign.
 
-    sign: str = Field(min_length=1, max_length=32, description="Star sign, e.g. Leo.")
-
-
-class PostcardArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    to: str = Field(min_length=1, max_length=64, description="Who receives the postcard.")
-    text: str = Field(min_length=1, max_length=280, description="What the postcard says.")
-
-
-async def _read_fortune(ctx: ToolContext, args: FortuneArgs, operation_id: str) -> dict[str, Any]:
+    Args:
+        sign: Star sign, e.g. Leo.
+    """
     raise RuntimeError(
         f"fortune backend crashed reading redis://fortune:{PLANTED_PASSWORD}@db:6379/0"
     )
 
 
-async def _send_postcard(
-    ctx: ToolContext, args: PostcardArgs, operation_id: str
-) -> dict[str, Any]:
-    raise RuntimeError(f"printer jammed after postcard {operation_id} left")
-
-
-async def _find_postcard(
-    ctx: ToolContext, args: PostcardArgs, operation_id: str
-) -> Reconciliation:
+async def _find_postcard(ctx: ToolContext, args: Any, operation_id: str) -> Reconciliation:
     return Reconciliation("applied", {"postcard": "delivered", "to": args.to})
 
 
-read_fortune = Tool(
-    name="read_fortune",
-    version="1",
-    description="Today's fortune for a star sign.",
-    args_model=FortuneArgs,
-    effect=Effect.READ,
-    execute=_read_fortune,
-)
+@tool(effect=Effect.WRITE, reconcile=_find_postcard)
+async def send_postcard(
+    ctx: ToolContext,
+    to: Annotated[str, Field(min_length=1, max_length=64)],
+    text: Annotated[str, Field(min_length=1, max_length=280)],
+    operation_id: str,
+) -> dict[str, Any]:
+    """Send a postcard to someone.
 
-send_postcard = Tool(
-    name="send_postcard",
-    version="1",
-    description="Send a postcard to someone.",
-    args_model=PostcardArgs,
-    effect=Effect.WRITE,
-    execute=_send_postcard,
-    reconcile=_find_postcard,
-)
+    Args:
+        to: Who receives the postcard.
+        text: What the postcard says.
+    """
+    raise RuntimeError(f"printer jammed after postcard {operation_id} left")
+
 
 TOOLS: list[Tool[Any]] = [read_fortune, send_postcard]
