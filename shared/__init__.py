@@ -17,6 +17,7 @@ from callgate.errors import ToolError
 from callgate.runspec import RunSpec
 from callgate.tools.contract import Effect, Identity, Reconciliation, Tool, ToolContext
 from callgate.tools.decorator import tool
+from callgate.tools.lookup import reconcile_by_lookup
 
 __all__ = [
     "CallgateClient",
@@ -28,5 +29,6 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "reconcile_by_lookup",
     "tool",
 ]

@@ -92,22 +92,13 @@ async def _made_under(ctx: ToolContext, args: Any, operation_id: str) -> Reconci
     anything else, or a note with other arguments, stays unknown (a person decides:
     ``callgate resolve``).
     """
-    try:
-        async with ctx.session.get(
-            _url(ctx, f"/operations/{operation_id}"), timeout=aiohttp.ClientTimeout(total=5)
-        ) as resp:
-            if resp.status == 404:
-                return Reconciliation("not_applied")
-            if resp.status != 200:
-                return Reconciliation("unknown")
-            note = await resp.json()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return Reconciliation("unknown")
-    if not isinstance(note, dict) or (note.get("notebook"), note.get("title")) != (
-        args.notebook, args.title,
-    ):  # fmt: skip
-        return Reconciliation("unknown")
-    return Reconciliation("applied", note)
+    return await callgate.reconcile_by_lookup(
+        ctx,
+        _url(ctx, f"/operations/{operation_id}"),
+        matches=lambda note: (
+            (note.get("notebook"), note.get("title")) == (args.notebook, args.title)
+        ),
+    )
 
 
 @callgate.tool(

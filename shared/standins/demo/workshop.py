@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from callgate.errors import ToolError
 from callgate.standins.demo.http import tool_headers
 from callgate.tools.contract import Effect, Identity, Reconciliation, Tool, ToolContext
+from callgate.tools.lookup import reconcile_by_lookup
 
 BOOKING_URL_SETTING = "CALLGATE_BOOKING_URL"
 DEFAULT_BOOKING_URL = "http://127.0.0.1:8766"
@@ -114,24 +115,16 @@ async def _reconcile_reserve(
     """
     if not operation_id:
         return Reconciliation("unknown")
-    url = _url(ctx, f"/reservations/{operation_id}")
-    timeout = aiohttp.ClientTimeout(total=reserve_seat.timeout_s)
-    try:
-        async with ctx.session.get(
-            url, headers=tool_headers(ctx, operation_id), timeout=timeout
-        ) as resp:
-            if resp.status == 404:
-                return Reconciliation("not_applied")
-            if resp.status != 200:
-                return Reconciliation("unknown")
-            body = await resp.json()
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-        return Reconciliation("unknown")
-    if not isinstance(body, dict) or (body.get("event_id"), body.get("participant_id")) != (
-        args.event_id, args.participant_id,
-    ):  # fmt: skip
-        return Reconciliation("unknown")
-    return Reconciliation("applied", body)
+    return await reconcile_by_lookup(
+        ctx,
+        _url(ctx, f"/reservations/{operation_id}"),
+        matches=lambda made: (
+            (made.get("event_id"), made.get("participant_id"))
+            == (args.event_id, args.participant_id)
+        ),
+        headers=tool_headers(ctx, operation_id),
+        timeout_s=reserve_seat.timeout_s,
+    )
 
 
 async def _reserve_preconditions(ctx: ToolContext, args: ParticipantArgs) -> str | None:
