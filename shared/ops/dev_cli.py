@@ -30,7 +30,6 @@ from callgate.auth.keys import write_secret_file
 from callgate.config import DEV_STATE_FILE, read_dev_state
 from callgate.logs import mask_url_password
 from callgate.ops.dev_logs import dev_sink, json_event
-from callgate.ops.embedded_redis import free_port
 from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.system import SERVICES, START_ERRORS, LocalSystem, SystemSpec
 
@@ -117,21 +116,7 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
 def start_slack(system: LocalSystem) -> None:
     """The fake Slack Web API and the approvals bot posting to it, with fresh secrets."""
     token, secret = f"xoxb-dev-{secrets.token_hex(8)}", secrets.token_hex(16)
-    api = system.start_listener("slack", [
-        sys.executable, "-m", "callgate.standins.fake_slack", "--port", str(free_port()),
-        "--token", token,
-    ])
-    system.start_listener(
-        "slack_approvals",
-        [sys.executable, "-m", "callgate.services.slack_approvals", "--port", str(free_port())],
-        {
-            "CALLGATE_SLACK_API_URL": f"{api}/api/",
-            "CALLGATE_SLACK_BOT_TOKEN": token,
-            "CALLGATE_SLACK_SIGNING_SECRET": secret,
-            "CALLGATE_SLACK_CHANNEL": SLACK_CHANNEL,
-            "CALLGATE_SLACK_APPROVERS": orjson.dumps(SLACK_APPROVERS).decode(),
-        },
-    )
+    system.start_slack(token, secret, SLACK_CHANNEL, SLACK_APPROVERS)
 
 
 def dev_state(system: LocalSystem) -> dict[str, Any]:

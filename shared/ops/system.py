@@ -17,7 +17,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import orjson
 
 from callgate.auth.keyring import DEFAULT_PEOPLE, LocalKeyring, default_home
 from callgate.config import Settings
@@ -209,6 +211,28 @@ class LocalSystem:
         url = self.supervisor.wait_for_line(name, LISTENING, START_TIMEOUT_S).group(1)
         self.urls[name] = url
         return url
+
+    def start_slack(
+        self, token: str, secret: str, channel: str, approvers: Mapping[str, Any]
+    ) -> tuple[str, str]:
+        """Start the fake Slack Web API and the approvals bot posting to it (``approvers``:
+        Slack user id → ``{"user", "roles"}``); their URLs, API first."""
+        api = self.start_listener("slack", [
+            sys.executable, "-m", "callgate.standins.fake_slack", "--port", str(free_port()),
+            "--token", token,
+        ])  # fmt: skip
+        bot = self.start_listener(
+            "slack_approvals",
+            [sys.executable, "-m", "callgate.services.slack_approvals", "--port", str(free_port())],
+            {
+                "CALLGATE_SLACK_API_URL": f"{api}/api/",
+                "CALLGATE_SLACK_BOT_TOKEN": token,
+                "CALLGATE_SLACK_SIGNING_SECRET": secret,
+                "CALLGATE_SLACK_CHANNEL": channel,
+                "CALLGATE_SLACK_APPROVERS": orjson.dumps(approvers).decode(),
+            },
+        )
+        return api, bot
 
     def start_workers(self) -> dict[str, list[str]]:
         """Start the replicas of every worker kind; a kind already started is left alone."""

@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 
 from callgate.client import CallgateClient
 from callgate.errors import NotFoundError
-from callgate.ops.embedded_redis import EmbeddedRedis, free_port
+from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.slack.bot import EVENTS_PATH
 from callgate.slack.messages import ACTIONS_BLOCK, APPROVE_ACTION, RESOLVE_ACTIONS, RESOLVE_BLOCK
@@ -46,17 +44,7 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
     spec = SystemSpec(services=("booking",), scripted_model=True, redis_url=redis_server.url,
                       env={"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"}, grace_s=3.0)
     with LocalSystem(spec) as running:
-        api = running.start_listener("fake_slack", [
-            sys.executable, "-m", "callgate.standins.fake_slack", "--port", str(free_port()),
-            "--token", TOKEN])
-        running.start_listener(
-            "slack_approvals",
-            [sys.executable, "-m", "callgate.services.slack_approvals", "--port",
-             str(free_port())],
-            {"CALLGATE_SLACK_API_URL": f"{api}/api/", "CALLGATE_SLACK_BOT_TOKEN": TOKEN,
-             "CALLGATE_SLACK_SIGNING_SECRET": SECRET, "CALLGATE_SLACK_CHANNEL": CHANNEL,
-             "CALLGATE_SLACK_APPROVERS": orjson.dumps(APPROVERS).decode()},
-        )
+        running.start_slack(TOKEN, SECRET, CHANNEL, APPROVERS)
         yield running
 
 
@@ -89,7 +77,7 @@ async def until(client: CallgateClient, run_id: str, status: str) -> dict[str, A
 
 async def slack_calls(system: LocalSystem, method: str) -> list[dict[str, Any]]:
     """What the bot called on the fake Slack Web API."""
-    calls: list[dict[str, Any]] = (await get_json(f"{system.urls['fake_slack']}/_calls"))["calls"]
+    calls: list[dict[str, Any]] = (await get_json(f"{system.urls['slack']}/_calls"))["calls"]
     return [c for c in calls if c["method"] == method]
 
 

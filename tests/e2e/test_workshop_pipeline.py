@@ -7,7 +7,6 @@ executor — settled by the reconciler, never replayed."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +21,7 @@ from callgate.decisions.desk import ApprovalDesk, DecisionKind, Outcome
 from callgate.decisions.record import ApprovalRecord
 from callgate.errors import NotFoundError
 from callgate.ops.cli import main
-from callgate.ops.embedded_redis import EmbeddedRedis, free_port
+from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
 from tests import slack_clicks
@@ -168,20 +167,7 @@ def workshop(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Work
         grace_s=3.0,
     )
     with LocalSystem(spec) as system:
-        slack = system.start_listener(
-            "slack", [sys.executable, "-m", "callgate.standins.fake_slack",
-                      "--port", str(free_port()), "--token", TOKEN])
-        bot = system.start_listener(
-            "slack_approvals",
-            [sys.executable, "-m", "callgate.services.slack_approvals", "--port", str(free_port())],
-            {
-                "CALLGATE_SLACK_API_URL": f"{slack}/api/",
-                "CALLGATE_SLACK_BOT_TOKEN": TOKEN,
-                "CALLGATE_SLACK_SIGNING_SECRET": SECRET,
-                "CALLGATE_SLACK_CHANNEL": CHANNEL,
-                "CALLGATE_SLACK_APPROVERS": orjson.dumps(SLACK_USERS).decode(),
-            },
-        )
+        slack, bot = system.start_slack(TOKEN, SECRET, CHANNEL, SLACK_USERS)
         yield Workshop(system, slack, bot)
 
 
