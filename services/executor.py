@@ -47,10 +47,10 @@ RUNNABLE = frozenset({CallState.ALLOWED, CallState.APPROVED, CallState.EXECUTING
 
 
 class Executor:
-    def __init__(self, runtime: Runtime, session: aiohttp.ClientSession) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.ledger = runtime.ledger
-        self.session = session
+        self.session = runtime.tool_session()
 
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
@@ -209,9 +209,7 @@ def _why(tool: Tool[Any], exc: BaseException, args: BaseModel) -> str:
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
-    session = aiohttp.ClientSession()
-    runtime.closers.append(session.close)
-    return Executor(runtime, session).handle
+    return Executor(runtime).handle
 
 
 SPEC = ServiceSpec("executor", ("exec",), _make_handler, fails_bound_run(ExecRequest))

@@ -35,10 +35,10 @@ NOT_APPLIED = "the write was not applied; a retry needs a new decision"
 
 
 class Reconciler:
-    def __init__(self, runtime: Runtime, session: aiohttp.ClientSession) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.ledger = runtime.ledger
-        self.session = session
+        self.session = runtime.tool_session()
 
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
@@ -144,9 +144,7 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
-    session = aiohttp.ClientSession()
-    runtime.closers.append(session.close)
-    return Reconciler(runtime, session).handle
+    return Reconciler(runtime).handle
 
 
 SPEC = ServiceSpec("reconciler", ("reconcile",), _make_handler, _dead_letter)

@@ -18,8 +18,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import aiohttp
-
 from callgate.clock import now_ms
 from callgate.decisions.expiry import ApprovalExpiryScheduler
 from callgate.decisions.flow import ApprovalFlow
@@ -56,10 +54,10 @@ _TARGET = {
 
 
 class Validator:
-    def __init__(self, runtime: Runtime, session: aiohttp.ClientSession) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.ledger = runtime.ledger
-        self.session = session
+        self.session = runtime.tool_session()
         self.limits = Limits.from_settings(runtime.settings)
         self.expiry = ApprovalExpiryScheduler(runtime.settings)
         self.approvals = ApprovalFlow(runtime)
@@ -223,9 +221,8 @@ def _exec_facts(facts: DecideFacts, d: Decision, fields: dict[str, Any]) -> Exec
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
-    session = aiohttp.ClientSession()
-    validator = Validator(runtime, session)
-    runtime.closers += [session.close, validator.expiry.close]
+    validator = Validator(runtime)
+    runtime.closers.append(validator.expiry.close)
     return validator.handle
 
 

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+import aiohttp
 import redis.asyncio as aioredis
 
 from callgate import eventloop
@@ -51,7 +52,16 @@ class Runtime:
     trust: TrustSource
     """Who the deployment trusts (``CALLGATE_TRUST_FILE``): submitters, people, delegates."""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    """What a handler factory opened (HTTP sessions), closed before Redis on shutdown."""
+    """What a handler factory opened, closed before Redis on shutdown."""
+    _session: aiohttp.ClientSession | None = field(default=None, init=False, repr=False)
+
+    def tool_session(self) -> aiohttp.ClientSession:
+        """The HTTP session every tool call of this process gets in its context (made on
+        first use, inside the event loop; closed on shutdown)."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+            self.closers.append(self._session.close)
+        return self._session
 
     async def close(self) -> None:
         for close in reversed(self.closers):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import aiohttp
 import pytest
 
 from callgate.config import Settings
@@ -27,8 +26,7 @@ GROUP = "executor"
 @pytest.fixture
 async def executor(settings: Settings) -> AsyncIterator[Executor]:
     runtime = build_runtime("executor", settings)
-    async with aiohttp.ClientSession() as session:
-        yield Executor(runtime, session)
+    yield Executor(runtime)
     await runtime.close()
 
 
