@@ -45,12 +45,14 @@ def _count_runs(flags: list[bool]) -> int:
     return sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
 
 
-class _Pairing:
-    """Tool results paired with their tool names through the provider's call key."""
+class _Reading:
+    """What a reader collects from a history: tool results paired with their tool names
+    through the provider's call key, and the last user text."""
 
     def __init__(self) -> None:
         self.names: dict[str, str] = {}
         self.results: list[ToolResult] = []
+        self.last_user = ""
 
     def call(self, call_id: Any, name: Any) -> None:
         self.names[str(call_id)] = str(name)
@@ -59,8 +61,11 @@ class _Pairing:
         cid = str(call_id)
         self.results.append(ToolResult(cid, self.names.get(cid, ""), flatten(content)))
 
-    def conversation(self, assistant_flags: list[bool], last_user: str) -> Conversation:
-        return Conversation(_count_runs(assistant_flags), tuple(self.results), last_user)
+    def user(self, text: str) -> None:
+        self.last_user = text
+
+    def conversation(self, assistant_flags: list[bool]) -> Conversation:
+        return Conversation(_count_runs(assistant_flags), tuple(self.results), self.last_user)
 
 
 def from_responses(body: dict[str, Any]) -> Conversation:
@@ -68,57 +73,54 @@ def from_responses(body: dict[str, Any]) -> Conversation:
     if isinstance(raw, str):
         return Conversation(0, (), raw)
     items = [i for i in raw if isinstance(i, dict)] if isinstance(raw, list) else []
-    pairing = _Pairing()
+    reading = _Reading()
     flags: list[bool] = []
-    last_user = ""
     for item in items:
         kind = item.get("type", "message")
         if kind == "function_call":
-            pairing.call(item.get("call_id"), item.get("name"))
+            reading.call(item.get("call_id"), item.get("name"))
         elif kind == "function_call_output":
-            pairing.result(item.get("call_id"), item.get("output"))
+            reading.result(item.get("call_id"), item.get("output"))
         elif kind == "message" and item.get("role") == "user":
-            last_user = flatten(item.get("content"))
+            reading.user(flatten(item.get("content")))
         assistant = kind in ("function_call", "reasoning") or (
             kind == "message" and item.get("role") == "assistant"
         )
         flags.append(assistant)
-    return pairing.conversation(flags, last_user)
+    return reading.conversation(flags)
 
 
 def from_chat(body: dict[str, Any]) -> Conversation:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    pairing = _Pairing()
-    last_user = ""
+    reading = _Reading()
     for msg in messages:
         role = msg.get("role")
         if role == "assistant":
             for call in msg.get("tool_calls") or []:
                 fn = call.get("function") or {}
-                pairing.call(call.get("id"), fn.get("name"))
+                reading.call(call.get("id"), fn.get("name"))
         elif role == "tool":
-            pairing.result(msg.get("tool_call_id"), msg.get("content"))
+            reading.result(msg.get("tool_call_id"), msg.get("content"))
         elif role == "user":
-            last_user = flatten(msg.get("content"))
-    return pairing.conversation([m.get("role") == "assistant" for m in messages], last_user)
+            reading.user(flatten(msg.get("content")))
+    return reading.conversation([m.get("role") == "assistant" for m in messages])
 
 
 def from_anthropic(body: dict[str, Any]) -> Conversation:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    pairing = _Pairing()
-    last_user = ""
+    reading = _Reading()
     for msg in messages:
         content = msg.get("content")
         blocks = content if isinstance(content, list) else []
         if msg.get("role") == "assistant":
             for b in blocks:
                 if isinstance(b, dict) and b.get("type") == "tool_use":
-                    pairing.call(b.get("id"), b.get("name"))
+                    reading.call(b.get("id"), b.get("name"))
             continue
         texts = [b for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
         if isinstance(content, str) or texts:
-            last_user = content if isinstance(content, str) else flatten(texts)
+            reading.user(content if isinstance(content, str) else flatten(texts))
         for b in blocks:
             if isinstance(b, dict) and b.get("type") == "tool_result":
-                pairing.result(b.get("tool_use_id"), b.get("content"))
-    return pairing.conversation([m.get("role") == "assistant" for m in messages], last_user)
+                reading.result(b.get("tool_use_id"), b.get("content"))
+    return reading.conversation([m.get("role") == "assistant" for m in messages])
