@@ -19,11 +19,9 @@ from callgate.ops.cli import main as cli_main
 from callgate.services.ingress import start_run
 from callgate.streams.service import Runtime
 from tests.integration.helpers import drain, new_run_id
-from tests.integration.test_ingress_client import runtime, turn_messages
+from tests.integration.test_ingress_client import turn_messages
 from tests.seed import run_spec as spec
 from tests.seed import signed_job
-
-__all__ = ["runtime"]  # fixture
 
 
 async def _untouched(client: CallgateClient, runtime: Runtime, redis: aioredis.Redis,
