@@ -37,7 +37,8 @@ from callgate.records import Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
+from callgate.streams.service import Runtime, ServiceSpec, fail_bound_run, main
+from callgate.streams.worker import DeadLetter
 from callgate.tools.canonical import args_hash
 from callgate.tools.contract import Tool, ToolContext, context_of
 
@@ -208,11 +209,29 @@ def _why(tool: Tool[Any], exc: BaseException, args: BaseModel) -> str:
     return redact_error(exc, sensitive_values(tool.dump(args), tool.sensitive_fields))
 
 
+async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
+    """An exec order no delivery settled (its consumers kept dying): a write it left
+    ``executing`` may have happened, so it goes to the reconciler as when a redelivery finds
+    it orphaned; failing the run instead would strand it there, never settled.  Any other
+    dead exec order fails the run it is bound to."""
+    order = letter.envelope
+    if isinstance(order, ExecRequest):
+        call = await runtime.ledger.get_call(order.run_id, order.call_id)
+        tool = None if call is None else runtime.registry.get(call.tool)
+        if call is not None and tool is not None and tool.is_write and (
+            call.state == CallState.EXECUTING and call.turn == order.turn
+        ):
+            orphaned = runtime.ledger.orphaned_write(order, call.attempts, order.chain)
+            await runtime.ledger.apply(orphaned)
+            return
+    await fail_bound_run(runtime, letter, (ExecRequest,))
+
+
 async def _make_handler(runtime: Runtime) -> Handler:
     return Executor(runtime).handle
 
 
-SPEC = ServiceSpec("executor", ("exec",), _make_handler, fails_bound_run(ExecRequest))
+SPEC = ServiceSpec("executor", ("exec",), _make_handler, _dead_letter)
 
 if __name__ == "__main__":
     main(SPEC)

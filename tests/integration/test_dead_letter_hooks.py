@@ -37,7 +37,9 @@ async def _always_fails(runtime: Runtime) -> Handler:
     return handle
 
 
-async def _live_run(runtime: Runtime, run_id: str) -> None:
+async def _live_run(
+    runtime: Runtime, run_id: str, *, tool: str = "bench_read", attempts: int = 0
+) -> None:
     """A run on its second turn with one call of that turn, executing."""
     ledger = runtime.ledger
     run = RunRecord(
@@ -46,8 +48,8 @@ async def _live_run(runtime: Runtime, run_id: str) -> None:
     )  # fmt: skip
     tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
     call = CallRecord(
-        run_id=run_id, call_id="t2.0", turn=2, index=0, provider_call_id="p-1", tool="book",
-        state=CallState.EXECUTING,
+        run_id=run_id, call_id="t2.0", turn=2, index=0, provider_call_id="p-1", tool=tool,
+        state=CallState.EXECUTING, attempts=attempts,
     )  # fmt: skip
     ledger.create_call(tx, call)
     assert (await ledger.apply(tx)).ok
@@ -74,3 +76,24 @@ async def test_a_poison_message_fails_only_the_run_it_is_bound_to(
         assert run.reason == f"dead letter: EnvelopeError: cannot handle {message.kind}"
     else:
         assert run.status == RunState.EXECUTING
+
+
+async def test_a_dead_exec_order_sends_its_executing_write_to_the_reconciler(
+    runtime: Runtime,
+) -> None:
+    """Consumers kept dying while a write was in flight: the write may have happened, so it
+    is never left ``executing`` (where nothing settles it) and its run is not failed; it goes
+    to the reconciler, as when a redelivery finds it orphaned."""
+    run_id = "dl-write-in-flight"
+    await _live_run(runtime, run_id, tool="send_postcard", attempts=1)
+    order = ExecRequest(run_id=run_id, turn=2, call_id="t2.0")
+    await post(runtime.redis, runtime.keys.run_stream("exec", run_id), order)
+
+    failing = ServiceSpec("executor", ("exec",), _always_fails, executor.SPEC.on_dead_letter)
+    await serve(failing, runtime, burst=True)
+
+    run, [call] = await runtime.ledger.run_and_calls(run_id, ["t2.0"])
+    assert run is not None and run.status == RunState.EXECUTING
+    assert call is not None and call.state == CallState.UNKNOWN
+    queued = await runtime.redis.xrange(runtime.keys.run_stream("reconcile", run_id))
+    assert len(queued) == 1
