@@ -208,7 +208,7 @@ class LedgerBase:
         ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
         records expire only if their ids are passed: `Ledger.retention` reads them.  The
         run leaves the deadline index now (a finished run has no deadline left); its entry in
-        the runs index goes once its keys expired (`Ledger.prune_expired_runs`).
+        the runs index and the inbox go once its keys expired (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
         tx.zrem(keys.deadlines(keys.partition(run_id)), run_id)

@@ -10,7 +10,7 @@ place, `redis_errors()`, so workers decide retry from the error alone.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any, TypeVar
@@ -270,21 +270,30 @@ class Reads(LedgerBase):
         return self.finish_run_ttl(tx, run_id, call_ids, last_turn, approval_ids)
 
     async def prune_expired_runs(self, partition: int, now: int, limit: int = 1000) -> int:
-        """Drop the runs index entries of runs whose keys expired; returns how many.
+        """Drop the index entries of runs whose keys expired: the runs index and the inbox of
+        unresolved calls, the two things a finished run leaves that have no TTL (a cancelled
+        run may end with a call still unresolved).  Returns how many runs left the runs index.
 
-        Only runs created more than the retention ago can have expired; of those, up to
+        Only entries older than the retention can belong to expired keys; of those, up to
         ``limit`` of the oldest are checked, live ones (long paused runs) skipped.
         """
-        index = self.keys.runs_index(partition)
         cutoff = now - self.settings.retention_s * 1000
+        keys = self.keys
+        await self._prune(keys.unresolved_calls(partition), cutoff, limit,
+                          lambda member: keys.call(*member.split(" ", 1)))
+        return await self._prune(keys.runs_index(partition), cutoff, limit, keys.run)
+
+    async def _prune(
+        self, index: str, cutoff: int, limit: int, record_of: Callable[[str], str]
+    ) -> int:
+        """Remove the members of ``index`` scored before ``cutoff`` whose record is gone."""
         oldest = await self._client(self.redis.zrangebyscore(index, "-inf", cutoff, 0, limit))
-        run_ids = [_text(r) for r in oldest]
-        alive = await self._reads([("exists", self.keys.run(r)) for r in run_ids])
-        gone = [r for r, n in zip(run_ids, alive, strict=True) if not n]
+        members = [_text(m) for m in oldest]
+        alive = await self._reads([("exists", record_of(m)) for m in members])
+        gone = [m for m, n in zip(members, alive, strict=True) if not n]
         if gone:
             await self._client(self.redis.zrem(index, *gone))
         return len(gone)
-
 
 def require_calls(
     run_id: str, call_ids: Sequence[str], found: Sequence[CallRecord | None]

@@ -1,5 +1,5 @@
 """Retention against a real Redis: every key a run made expires when it ends, and the runs
-index forgets a run once its keys are gone."""
+index and the inbox forget a run once its keys are gone."""
 
 from __future__ import annotations
 
@@ -75,3 +75,26 @@ async def test_the_runs_index_forgets_expired_runs_only(
     assert await ledger.prune_expired_runs(0, now_ms()) == 1
     assert set(await ledger.run_ids(0)) == {"run-paused", "run-new"}
     assert await ledger.prune_expired_runs(0, now_ms()) == 0
+
+
+async def test_the_inbox_forgets_unresolved_calls_whose_run_expired(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """A run cancelled with a write still unresolved expires with that call; its inbox entry
+    goes at the next sweep, while an older entry whose call is still recorded stays."""
+    ledger = _ledger(redis, settings, retention_s=1)
+    keys = ledger.keys
+    for run_id in ("run-gone", "run-waiting"):
+        run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi")
+        tx = ledger.start_run(run, [])
+        ledger.create_call(tx, CallRecord(run_id=run_id, call_id="t1.0", turn=1, index=0,
+                                          provider_call_id="p1", tool="book",
+                                          state=CallState.UNRESOLVED))
+        assert (await ledger.apply(tx)).ok
+    inbox = keys.unresolved_calls(0)
+    long_ago = now_ms() - 10_000
+    await redis.zadd(inbox, {"run-gone t1.0": long_ago, "run-waiting t1.0": long_ago})
+    await redis.delete(keys.run("run-gone"), keys.call("run-gone", "t1.0"))  # its expiry
+
+    await ledger.prune_expired_runs(0, now_ms())
+    assert [m.decode() for m in await redis.zrange(inbox, 0, -1)] == ["run-waiting t1.0"]
