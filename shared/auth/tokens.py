@@ -117,7 +117,9 @@ def verify_submission(
 
 
 def check_grant(trust: TrustConfig, service: str, identity: Mapping[str, Any]) -> None:
-    """`AuthError` unless ``service`` may vouch for this user with these roles."""
+    """`AuthError` unless ``service`` may vouch for this user with these roles and fields: a
+    field besides user and roles reaches every tool hook (`ToolContext.identity`), so it is
+    authority like a role and needs the trust entry's leave too."""
     submitter = trust.submitters.get(service)
     if submitter is None:
         raise AuthError(f"unknown submitter {service!r}")
@@ -131,6 +133,12 @@ def check_grant(trust: TrustConfig, service: str, identity: Mapping[str, Any]) -
     user = identity.get("user")
     if submitter.users is not None and user not in submitter.users:
         raise AuthError(f"{service} may not vouch for user {user!r}")
+    for name, value in identity.items():
+        allowed = submitter.attributes.get(name, []) if name not in ("user", "roles") else [ANY]
+        if not allowed:
+            raise AuthError(f"{service} may not assert the identity field {name!r}")
+        if ANY not in allowed and value not in allowed:
+            raise AuthError(f"{service} may not assert {name} = {value!r}")
 
 
 def sign_decision(

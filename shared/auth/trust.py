@@ -68,6 +68,9 @@ class Submitter(_Frozen):
     """Roles it may put into an identity it vouches for; ``"*"`` means any role."""
     users: list[str] | None = None
     """Users it may vouch for; None means any user."""
+    attributes: dict[str, list[str]] = Field(default_factory=dict)
+    """Identity fields besides ``user`` and ``roles`` it may assert (a tenant, say), each with
+    the values it may give (``"*"``: any); a field not named here is refused."""
 
 
 class Person(_Frozen):

@@ -70,7 +70,9 @@ digit strings as Unix timestamps, and the model must be held to one spelling."""
 
 
 class Identity(BaseModel):
-    """Who a run acts for; set by whoever enqueued the run, never by the model."""
+    """Who a run acts for; set by whoever enqueued the run, never by the model.  Fields
+    besides user and roles (a tenant, say) are allowed only as the submitter's trust entry
+    lists them (``attributes``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 

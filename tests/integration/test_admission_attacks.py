@@ -8,7 +8,8 @@ message on the turns stream), with a control the same deployment accepts:
    registered, a ``tool_modules`` field naming an importable module, an allow-list entry
    ``os:system`` — refused by the client and, properly signed, by the ingress; nothing is
    imported or run (a marker file the code would write stays absent);
-2. self-declared roles: a submitter vouches only within its trust entry's ``grants``; an
+2. self-declared roles: a submitter vouches only within its trust entry's ``grants`` (and
+   ``attributes``, for identity fields besides user and roles); an
    identity token's roles are the deployment's mapping of its claim, never the spec's, and a
    spec naming another user than the token is refused;
 3. a bare spec as plain arq enqueues it (callgate's JSON serializer), or one with neither a
@@ -167,13 +168,14 @@ async def test_signed_jobs_that_name_code_are_refused_and_run_nothing(
 
 
 def narrow_deployment(settings: Settings, tmp_path: Path) -> tuple[Settings, Signer, Any]:
-    """A deployment whose one submitter may grant only ``requester``, and one identity
-    provider whose ``lead`` claim maps to ``events-lead``; its settings, that submitter's
-    signer and the provider's private key."""
+    """A deployment whose one submitter may grant only ``requester`` (and tenant ``acme``),
+    and one identity provider whose ``lead`` claim maps to ``events-lead``; its settings, that
+    submitter's signer and the provider's private key."""
     submitter, idp = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     trust = {
         "submitters": {"frontdesk": {"public_key": public_key_text(submitter),
-                                     "grants": ["requester"]}},
+                                     "grants": ["requester"],
+                                     "attributes": {"tenant": ["acme"]}}},
         "issuers": {ISSUER: {"audience": AUDIENCE, "public_keys": [public_key_text(idp)],
                              "algorithms": ["EdDSA"], "role_map": {"lead": "events-lead"}}},
     }
@@ -214,6 +216,31 @@ async def test_a_submitter_cannot_grant_a_role_its_trust_entry_does_not(
         await enqueue(pool, submitted(frontdesk, spec(run_id, identity=who)), run_id)
     control = new_run_id()
     mallory = {"user": "mallory", "roles": ["requester"]}
+    await enqueue(pool, submitted(frontdesk, spec(control, identity=mallory)), control)
+    assert await drain(narrow) == (1, len(refused))
+    for run_id, (reason, _) in refused.items():
+        assert reason in await refusal(redis, narrow, run_id)
+    assert await assert_created(client, control) == {
+        "identity": mallory, "vouched_by": "service:frontdesk"}
+
+
+async def test_a_submitter_cannot_assert_identity_fields_its_trust_entry_does_not(
+    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    tmp_path: Path,
+) -> None:
+    """A field besides user and roles reaches every tool hook, so a tenant the submitter was
+    not given, or a field nobody named, is refused like a role it may not grant."""
+    narrow, frontdesk, _ = narrow_deployment(settings, tmp_path)
+    claims = {
+        "may not assert tenant = 'globex'": {"user": "mallory", "tenant": "globex"},
+        "may not assert the identity field 'clearance'": {"user": "mallory",
+                                                          "clearance": "top-secret"},
+    }
+    refused = {new_run_id(): (reason, who) for reason, who in claims.items()}
+    for run_id, (_, who) in refused.items():
+        await enqueue(pool, submitted(frontdesk, spec(run_id, identity=who)), run_id)
+    control = new_run_id()
+    mallory = {"user": "mallory", "roles": ["requester"], "tenant": "acme"}
     await enqueue(pool, submitted(frontdesk, spec(control, identity=mallory)), control)
     assert await drain(narrow) == (1, len(refused))
     for run_id, (reason, _) in refused.items():
