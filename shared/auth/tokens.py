@@ -136,7 +136,8 @@ def check_grant(trust: TrustConfig, service: str, identity: Mapping[str, Any]) -
     for name, value in identity.items():
         allowed = submitter.attributes.get(name, []) if name not in ("user", "roles") else [ANY]
         if not allowed:
-            raise AuthError(f"{service} may not assert the identity field {name!r}")
+            raise AuthError(f"{service} may not assert the identity field {name!r} "
+                            "(list it under the submitter's attributes in the trust file)")
         if ANY not in allowed and value not in allowed:
             raise AuthError(f"{service} may not assert {name} = {value!r}")
 
