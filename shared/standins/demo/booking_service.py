@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from callgate.standins.demo.booking_faults import Fault, ScopedFaults
 from callgate.standins.demo.http import (
     RunTally,
+    add_bookkeeping,
     configure_from,
     run_id_of,
     run_service,
@@ -312,11 +313,6 @@ async def get_run_stats(request: web.Request) -> web.Response:
     return web.json_response({"requests": counts, "created": created})
 
 
-async def reset(request: web.Request) -> web.Response:
-    request.app[STATE].reset()
-    return web.json_response({"ok": True})
-
-
 def make_app(state_file: str | None = None) -> web.Application:
     """The service as an aiohttp app; ``state_file`` persists reservations across restarts."""
     app = web.Application()
@@ -327,9 +323,7 @@ def make_app(state_file: str | None = None) -> web.Application:
     app.router.add_get("/reservations/{operation_id}", lookup)
     app.router.add_get("/_faults", get_faults)
     app.router.add_post("/_faults", post_faults)
-    app.router.add_get("/_stats", get_stats)
-    app.router.add_get("/_stats/runs/{run_id}", get_run_stats)
-    app.router.add_post("/_reset", reset)
+    add_bookkeeping(app, stats=get_stats, run_stats=get_run_stats, reset=app[STATE].reset)
     return app
 
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -83,6 +83,24 @@ async def configure_from(
     except ValueError as exc:  # bad JSON and pydantic's ValidationError are ValueErrors
         return str(exc)
     return None
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def add_bookkeeping(
+    app: web.Application, *, stats: Handler, run_stats: Handler, reset: Callable[[], None]
+) -> None:
+    """The test endpoints every demo service has: ``GET /_stats``, ``GET /_stats/runs/{run_id}``
+    (what conformance counts per run) and ``POST /_reset`` (calls ``reset``)."""
+
+    async def reset_handler(request: web.Request) -> web.Response:
+        reset()
+        return web.json_response({"ok": True})
+
+    app.router.add_get("/_stats", stats)
+    app.router.add_get("/_stats/runs/{run_id}", run_stats)
+    app.router.add_post("/_reset", reset_handler)
 
 
 async def serve(app: web.Application, *, host: str, port: int) -> None:

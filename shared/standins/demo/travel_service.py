@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from callgate.standins.demo.http import (
     CALL_ID_HEADER,
     RunTally,
+    add_bookkeeping,
     configure_from,
     json_error,
     run_id_of,
@@ -218,11 +219,6 @@ async def get_run_stats(request: web.Request) -> web.Response:
     return web.json_response({"requests": request.app[STATE].runs.of(request.match_info["run_id"])})
 
 
-async def reset(request: web.Request) -> web.Response:
-    request.app[STATE].reset()
-    return web.json_response({"ok": True})
-
-
 def make_app(initial_config: str | None = None) -> web.Application:
     """The service as an aiohttp app; ``initial_config`` is the ``/_config`` JSON."""
     app = web.Application()
@@ -234,9 +230,7 @@ def make_app(initial_config: str | None = None) -> web.Application:
     app.router.add_get("/weather", weather)
     app.router.add_get("/_config", get_config)
     app.router.add_post("/_config", post_config)
-    app.router.add_get("/_stats", get_stats)
-    app.router.add_get("/_stats/runs/{run_id}", get_run_stats)
-    app.router.add_post("/_reset", reset)
+    add_bookkeeping(app, stats=get_stats, run_stats=get_run_stats, reset=app[STATE].reset)
     return app
 
 
