@@ -33,7 +33,7 @@ from callgate.errors import AuthError, EnvelopeError, NotFoundError, ToolError
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
 from callgate.ledger.steps import Outcome
 from callgate.logs import log_fields
-from callgate.records import Effect, error_result, ok_result
+from callgate.records import CallRecord, Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
@@ -217,14 +217,19 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
     order = letter.envelope
     if isinstance(order, ExecRequest):
         call = await runtime.ledger.get_call(order.run_id, order.call_id)
-        tool = None if call is None else runtime.registry.get(call.tool)
-        if call is not None and tool is not None and tool.is_write and (
-            call.state == CallState.EXECUTING and call.turn == order.turn
-        ):
-            orphaned = runtime.ledger.orphaned_write(order, call.attempts, order.chain)
-            await runtime.ledger.apply(orphaned)
+        if call is not None and _write_in_flight(runtime, call, order.turn):
+            await runtime.ledger.apply(
+                runtime.ledger.orphaned_write(order, call.attempts, order.chain)
+            )
             return
     await fail_bound_run(runtime, letter, (ExecRequest,))
+
+
+def _write_in_flight(runtime: Runtime, call: CallRecord, turn: int) -> bool:
+    """The call is a write left ``executing`` at ``turn``: it may have gone out."""
+    tool = runtime.registry.get(call.tool)
+    in_flight = call.state == CallState.EXECUTING and call.turn == turn
+    return in_flight and tool is not None and tool.is_write
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
