@@ -157,10 +157,6 @@ class Settings(BaseSettings):
     def trust_path(self) -> Path:
         return self.trust_file or self.home / "trust.json"
 
-    @property
-    def signing_key_path(self) -> Path:
-        return self.signing_key or self.home / "keys" / f"{self.submitter}.pem"
-
     # Retention of finished runs.
     retention_s: int = Field(default=7 * 24 * 3600, ge=1)
 

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 from redis.crc import key_slot
 
-from callgate.errors import ConflictError, TxRejectedError
+from callgate.errors import TxRejectedError
 
 Value = str | bytes | int | float
 """What may be stored: str as is, UTF-8 bytes as text, numbers in their decimal form."""
@@ -73,12 +73,6 @@ class TxResult:
     failed: Guard | None = None
     actual: str | None = None
     stream_ids: list[str] = field(default_factory=list)
-
-    def raise_on_conflict(self, what: str) -> TxResult:
-        """Turn a failed guard into `ConflictError` ("already taken"); return self if ok."""
-        if not self.ok:
-            raise ConflictError(what, self.actual)
-        return self
 
 
 def _arg(value: Value) -> str:
@@ -220,9 +214,6 @@ class Tx:
         self._op_args += ["persist", str(self._key(key)), "0"]
         self.ops += 1
         return self
-
-    def sadd(self, key: str, *members: Value) -> Tx:
-        return self._op("sadd", key, [_arg(m) for m in members])
 
     def zadd(self, key: str, mapping: Mapping[str, float]) -> Tx:
         flat: list[str] = []

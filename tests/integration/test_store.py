@@ -12,7 +12,6 @@ from callgate import envelopes
 from callgate.config import Settings
 from callgate.envelopes import ExecRequest, TurnRequest
 from callgate.errors import (
-    ConflictError,
     NotFoundError,
     RedisUnavailableError,
     TransitionError,
@@ -103,8 +102,6 @@ async def test_fifty_contenders_exactly_one_takes_the_call(
     assert len(losers) == 49
     assert {r.actual for r in losers} == {"executing"}  # type: ignore[attr-defined]
     assert all(r.failed.field == "state" for r in losers)  # type: ignore[attr-defined]
-    with pytest.raises(ConflictError, match="already taken"):
-        losers[0].raise_on_conflict("take t1.0")  # type: ignore[attr-defined]
     call = await ledger.get_call("run-1", "t1.0")
     assert call is not None and call.state == C.EXECUTING
     assert call.executor == f"exec-{winners[0]}"

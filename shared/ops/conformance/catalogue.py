@@ -99,10 +99,6 @@ class Case:
     then: Then | None = None
     """A person's action beyond approval; after a ``cancel`` the model must hear nothing more."""
 
-    @property
-    def pauses_for_approval(self) -> bool:
-        return self.states[0] == PAUSE
-
 
 def _approved_reservation(
     case_id: str, title: str, call: CallExpectation, states: tuple[str, ...] = (PAUSE, "completed"),
