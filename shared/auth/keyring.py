@@ -36,7 +36,7 @@ from callgate.auth.trust import (
     read_trust_document,
     trust_from_document,
 )
-from callgate.errors import KeyFileError, TrustConfigError
+from callgate.errors import KeyFileError
 
 LOCAL_SUBMITTER = "local"
 """The key id of this machine's own submitting service."""
@@ -122,22 +122,6 @@ class LocalKeyring:
         return sorted(
             path.stem for path in self.keys_dir.glob("*.pem") if _NAME.fullmatch(path.stem)
         )
-
-    def register_person(self, name: str, roles: Sequence[str], public_key: str) -> TrustConfig:
-        """Add ``name`` to this keyring's trust file; an existing different entry is refused,
-        never replaced (replacing a person's key is a change the deployment makes by hand)."""
-        entry = {"roles": list(roles), "public_key": public_key}
-        with self._locked():
-            document = self._document()
-            registered = document.setdefault("people", {})
-            if registered.get(name, entry) != entry:
-                raise TrustConfigError(
-                    f"trust file {self.trust_file}: {name} is already registered differently; "
-                    "edit the file to change their entry"
-                )
-            changed = name not in registered
-            registered[name] = entry
-            return self._save(document, changed=changed)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

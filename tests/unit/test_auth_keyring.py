@@ -151,31 +151,6 @@ def test_new_person_never_replaces_a_key(tmp_path: Path) -> None:
     assert path.read_bytes() == first
 
 
-def test_register_person_adds_an_entry_and_never_replaces_one(tmp_path: Path) -> None:
-    keyring = LocalKeyring(tmp_path)
-    keyring.ensure()
-    _, snippet = keyring.new_person("dave", ["finance"])
-    dave = json.loads("{" + snippet + "}")["dave"]
-    trust = keyring.register_person("dave", ["finance"], dave["public_key"])
-    assert trust.roles_of("dave") == {"finance"}
-    assert load_trust(keyring.trust_file).people["dave"].public_key == dave["public_key"]
-    assert keyring.register_person("dave", ["finance"], dave["public_key"]) == trust
-    takeover = public_key_text(new_private_key())
-    before = keyring.trust_file.read_bytes()
-    with pytest.raises(TrustConfigError, match="already registered differently"):
-        keyring.register_person("dave", ["finance"], takeover)
-    with pytest.raises(TrustConfigError, match="already registered differently"):
-        keyring.register_person("carol", ["operator"], takeover)
-    assert keyring.trust_file.read_bytes() == before
-
-
-def test_register_person_checks_the_key(tmp_path: Path) -> None:
-    keyring = LocalKeyring(tmp_path)
-    with pytest.raises(TrustConfigError, match=r"people\.dave\.public_key"):
-        keyring.register_person("dave", [], "ed25519:short")
-    assert not keyring.trust_file.exists()
-
-
 @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "", "carol\n"])
 def test_a_key_name_cannot_escape_the_keys_folder(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="not a key name"):
