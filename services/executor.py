@@ -33,7 +33,7 @@ from callgate.errors import AuthError, EnvelopeError, NotFoundError, ToolError
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
 from callgate.ledger.steps import Outcome
 from callgate.logs import log_fields
-from callgate.records import CallRecord, Effect, error_result, ok_result
+from callgate.records import Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
@@ -81,7 +81,7 @@ class Executor:
             raise NotFoundError(f"tool {facts.call.tool!r} is not registered")
         if facts.state not in RUNNABLE:
             return None  # done already: its outcome and the next message were written together
-        if facts.state == CallState.EXECUTING and tool.effect is Effect.WRITE:
+        if _left_in_flight(facts.state, tool):
             tx = self.ledger.orphaned_write(message, facts.attempts, message.chain)
             await self.ledger.apply(delivery.ack_with(tx))
             return None
@@ -217,7 +217,8 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
     order = letter.envelope
     if isinstance(order, ExecRequest):
         call = await runtime.ledger.get_call(order.run_id, order.call_id)
-        if call is not None and _write_in_flight(runtime, call, order.turn):
+        tool = None if call is None else runtime.registry.get(call.tool)
+        if call is not None and call.turn == order.turn and _left_in_flight(call.state, tool):
             await runtime.ledger.apply(
                 runtime.ledger.orphaned_write(order, call.attempts, order.chain)
             )
@@ -225,11 +226,11 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
     await fail_bound_run(runtime, letter, (ExecRequest,))
 
 
-def _write_in_flight(runtime: Runtime, call: CallRecord, turn: int) -> bool:
-    """The call is a write left ``executing`` at ``turn``: it may have gone out."""
-    tool = runtime.registry.get(call.tool)
-    in_flight = call.state == CallState.EXECUTING and call.turn == turn
-    return in_flight and tool is not None and tool.is_write
+def _left_in_flight(state: CallState, tool: Tool[Any] | None) -> bool:
+    """A write found ``executing`` by anyone but its executor: that executor died with it in
+    flight, so it may have gone out and only the reconciler may settle it (an idempotent
+    write is retried with its operation id instead)."""
+    return state == CallState.EXECUTING and tool is not None and tool.effect is Effect.WRITE
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
