@@ -134,8 +134,10 @@ def check_grant(trust: TrustConfig, service: str, identity: Mapping[str, Any]) -
     if submitter.users is not None and user not in submitter.users:
         raise AuthError(f"{service} may not vouch for user {user!r}")
     for name, value in identity.items():
-        allowed = submitter.attributes.get(name, []) if name not in ("user", "roles") else [ANY]
-        if not allowed:
+        if name in ("user", "roles"):
+            continue
+        allowed = submitter.attributes.get(name)
+        if allowed is None:
             raise AuthError(f"{service} may not assert the identity field {name!r} "
                             "(list it under the submitter's attributes in the trust file)")
         if ANY not in allowed and value not in allowed:
