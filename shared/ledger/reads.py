@@ -295,6 +295,7 @@ class Reads(LedgerBase):
             await self._client(self.redis.zrem(index, *gone))
         return len(gone)
 
+
 def require_calls(
     run_id: str, call_ids: Sequence[str], found: Sequence[CallRecord | None]
 ) -> list[CallRecord]:

@@ -63,7 +63,7 @@ end
 -- Phase 1b: op targets and arguments.
 local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
                xaddcap = 'stream', xack = 'stream', persist = false,
-               sadd = 'set', zadd = 'zset', zrem = 'zset', expire = false}
+               zadd = 'zset', zrem = 'zset', expire = false}
 local planned = {}   -- key index -> type the key has once the earlier ops ran
 local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)}
 local MAX_INT = 9.2e18
