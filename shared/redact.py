@@ -27,13 +27,19 @@ _SECRET_KEY = re.compile(
     r"|signing_key|session|session_id)($|_)"
 )
 """Word-wise, so ``input_tokens`` and ``author`` stay readable while ``x_api_key`` does not."""
-_SECRET_VALUE = re.compile(
-    r"^(bearer\s+\S+|basic\s+\S+|sk-[A-Za-z0-9_-]{12,}|sk-ant-\S+|xox[abprs]-\S+)", re.IGNORECASE
+_TOKEN = r"(?=[A-Za-z0-9+/._~=-]*(?:[0-9+/._~=-]|[a-z][A-Z]))[A-Za-z0-9+/._~-]{8,}=*"
+"""A credential after ``Basic``: 8+ token characters with a digit, a symbol or a lower-to-upper
+change, so prose ("a basic example") stays; anything after ``Bearer`` is taken as a token."""
+_SECRET_IN_TEXT = re.compile(
+    r"(?i:[bsx])(?<![A-Za-z0-9_-].)"  # a first-letter class lets the engine skip to candidates
+    r"(?:(?i:earer)\s+\S+|(?i:asic)\s+" + _TOKEN
+    + r"|(?i:k-)[A-Za-z0-9_-]{12,}|(?i:k-ant-)\S+|(?i:ox[abprs]-)\S+)"
 )
-_SECRET_VALUE_STARTS = frozenset("bBsSxX\u017f")
-"""Every first character `_SECRET_VALUE` can match (ſ folds to s): other strings skip it."""
-_SECRET_IN_TEXT = re.compile(r"(?<![A-Za-z0-9_-])" + _SECRET_VALUE.pattern[1:], re.IGNORECASE)
-"""The same secrets anywhere in free text (an exception's message), not only as a whole value."""
+"""API keys and bearer tokens anywhere in a string: each is replaced, the text around kept.
+One compiled pattern, run over every string of every event."""
+_SCAN_MARGIN = 256
+"""A string cut for an event is scanned this far past the cut, so a secret that straddles
+the cut is matched whole before the cut hides its end."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -69,11 +75,10 @@ def redact(data: Any, sensitive: Collection[str] = frozenset()) -> Any:
 
 
 def _redact_text(text: str) -> str:
-    if text[:1] in _SECRET_VALUE_STARTS and _SECRET_VALUE.match(text):
-        return REDACTED
-    if len(text) > MAX_EVENT_STRING:
-        return f"{text[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
-    return text
+    if len(text) <= MAX_EVENT_STRING:
+        return _SECRET_IN_TEXT.sub(REDACTED, text)
+    head = _SECRET_IN_TEXT.sub(REDACTED, text[: MAX_EVENT_STRING + _SCAN_MARGIN])
+    return f"{head[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
 
 
 def redact_error(exc: BaseException, echoed: Collection[str] = ()) -> str:
@@ -84,7 +89,7 @@ def redact_error(exc: BaseException, echoed: Collection[str] = ()) -> str:
     sensitive (``echoed``, see `sensitive_values`), so each is masked and the text is cut like
     any event string."""
     text = mask_url_password(str(exc))
-    text = _SECRET_IN_TEXT.sub(REDACTED, scrub(text, [v for v in (*secret_values(), *echoed) if v]))
+    text = scrub(text, [v for v in (*secret_values(), *echoed) if v])
     return _redact_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 

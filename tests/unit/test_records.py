@@ -22,8 +22,6 @@ from callgate.records import (
     ok_result,
 )
 from callgate.redact import (
-    _SECRET_VALUE,
-    _SECRET_VALUE_STARTS,
     REDACTED,
     redact,
     redact_error,
@@ -242,16 +240,7 @@ def test_redact_cuts_long_strings() -> None:
     assert len(clean["final_text"]) < 600 and clean["final_text"].endswith("chars)")
 
 
-def test_redact_checks_every_string_that_could_be_a_secret_value() -> None:
-    """Strings skip the secret-value pattern unless their first character can start a match;
-    that set must hold every character the case-insensitive pattern accepts there."""
-    tails = ("earer abc", "asic abc", "k-abcdefghijklmnop", "k-ant-abc", "oxb-abc")
-    can_start = {
-        c
-        for c in map(chr, range(0x10000))
-        if any(_SECRET_VALUE.match(c + tail) for tail in tails)
-    }
-    assert can_start <= _SECRET_VALUE_STARTS
+def test_redact_matches_secret_values_in_any_case() -> None:
     looks_secret = ["\u017fk-abcdefghijklmnop", "SK-ANT-x", "sunny"]
     assert redact(looks_secret) == [REDACTED, REDACTED, "sunny"]
 
