@@ -8,21 +8,20 @@ does not validate raises `RunSpecError` with one line per problem, and no record
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from callgate.auth.tenancy import TENANT_FIELD, is_tenant_name, run_id_prefix
 from callgate.envelopes import new_id
 from callgate.errors import RunSpecError
 from callgate.records import Api, BatchPolicy, RunRecord
 from callgate.states import RunState
+from callgate.tools.acceptance import AcceptanceRule
 from callgate.tools.canonical import args_hash
 
 _RUN_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-ACCEPTANCE_RULES = frozenset({"contains", "json_schema", "validator"})
 
 
 class RunSpec(BaseModel):
@@ -50,9 +49,9 @@ class RunSpec(BaseModel):
     max_total_tokens: int | None = Field(default=None, ge=1)
     deadline_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
     """Wall-clock budget from the moment the run is created."""
-    acceptance: dict[str, Any] | None = None
+    acceptance: AcceptanceRule | None = None
     """A rule for the final answer (`callgate.tools.acceptance`): contains, json_schema or
-    validator."""
+    validator, typed so that a rule no check understands is refused here."""
     batch_policy: BatchPolicy = "hold_effects"
     """While calls wait for a human: ``hold_effects`` runs only reads until the whole batch is
     decided; ``run_allowed`` also runs the allowed writes at once."""
@@ -67,19 +66,6 @@ class RunSpec(BaseModel):
         user = value.get("user")
         if not isinstance(user, str) or not user.strip():
             raise ValueError('identity must name a non-empty "user"')
-        return value
-
-    @field_validator("acceptance")
-    @classmethod
-    def _known_acceptance_rule(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and (len(value) != 1 or not value.keys() <= ACCEPTANCE_RULES):
-            raise ValueError(
-                f"acceptance must be exactly one of {sorted(ACCEPTANCE_RULES)}, got {sorted(value)}"
-            )
-        name = (value or {}).get("validator")
-        if name is not None and (not isinstance(name, str) or not _NAME.match(name)):
-            raise ValueError(f"acceptance.validator names a validator the deployment "
-                             f"registered, never code to import: {name!r} is not such a name")
         return value
 
 
@@ -103,8 +89,10 @@ NAMES_CODE = {
 
 
 def _problem(error: Any) -> str:
-    where = ".".join(str(p) for p in error["loc"]) or "spec"
-    message = str(error["msg"])
+    parts = [str(p) for p in error["loc"]]
+    # A tagged union (the acceptance rule) repeats its tag in the location: say it once.
+    where = ".".join(p for i, p in enumerate(parts) if i == 0 or p != parts[i - 1]) or "spec"
+    message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         message = NAMES_CODE.get(where, "unknown field")
     elif error["type"] == "missing":
@@ -113,10 +101,13 @@ def _problem(error: Any) -> str:
 
 
 def with_run_id(spec: RunSpec) -> RunSpec:
-    """The spec with a run id, minting one if the caller left it out."""
+    """The spec with a run id, minting one if the caller left it out: ``<tenant>.<random>``
+    for a tenant's run (`callgate.auth.tenancy`), ``run-<random>`` otherwise."""
     if spec.run_id is not None:
         return spec
-    return spec.model_copy(update={"run_id": f"run-{new_id()}"})
+    tenant = (spec.identity or {}).get(TENANT_FIELD)
+    prefix = run_id_prefix(tenant) if is_tenant_name(tenant) else "run-"
+    return spec.model_copy(update={"run_id": f"{prefix}{new_id()}"})
 
 
 def spec_hash(spec: RunSpec, identity: Mapping[str, Any]) -> str:
@@ -156,7 +147,8 @@ def to_run_record(
         spec_hash=spec_hash(spec, identity),
         batch_policy=spec.batch_policy,
         approval_ttl_s=spec.approval_ttl_s,
-        acceptance=spec.acceptance,
+        acceptance=None if spec.acceptance is None
+        else spec.acceptance.model_dump(mode="json", exclude_none=True),
         created_ms=now_ms,
         updated_ms=now_ms,
     )

@@ -7,6 +7,7 @@ import pytest
 from callgate.errors import RunSpecError
 from callgate.runspec import RunSpec, parse_spec, to_run_record, with_run_id
 from callgate.states import RunState
+from callgate.tools.acceptance import ContainsRule, ValidatorRule, check_acceptance
 from tests.seed import run_spec as spec
 
 
@@ -57,17 +58,44 @@ def test_a_spec_never_names_code_to_import() -> None:
     assert problem.startswith("tool_modules: a run may not name code to import")
     assert "CALLGATE_TOOL_MODULES" in problem and "allowed_tools" in problem
     [problem] = problems(spec(acceptance={"validator": "builtins:exec"}))
-    assert problem.startswith("acceptance:") and "never code to import" in problem
-    assert parse_spec(spec(acceptance={"validator": "json_answer"})).acceptance == {
-        "validator": "json_answer"
-    }
+    assert problem.startswith("acceptance.validator:") and "never code to import" in problem
+    assert parse_spec(spec(acceptance={"validator": "json_answer"})).acceptance == ValidatorRule(
+        validator="json_answer"
+    )
 
 
 def test_acceptance_must_be_exactly_one_known_rule() -> None:
     parsed = parse_spec(spec(acceptance={"contains": ["G1234"]}))
-    assert parsed.acceptance == {"contains": ["G1234"]}
-    [problem] = problems(spec(acceptance={"regex": "x"}))
-    assert problem.startswith("acceptance:")
+    assert parsed.acceptance == ContainsRule(contains=["G1234"])
+    for rule in ({"regex": "x"}, {"contains": ["a"], "validator": "v"}, {}, "contains"):
+        [problem] = problems(spec(acceptance=rule))
+        assert problem.startswith("acceptance: acceptance must be exactly one of"), problem
+
+
+def test_an_acceptance_rule_of_the_wrong_shape_is_refused_at_submit() -> None:
+    """The attack: ``{"contains": [1]}`` was accepted, the tools ran, and the run dead-lettered
+    at its end after asking the model five times."""
+    assert problems(spec(acceptance={"contains": [1]})) == [
+        "acceptance.contains.0: Input should be a valid string"
+    ]
+    [problem] = problems(spec(acceptance={"contains": []}))
+    assert problem.startswith("acceptance.contains:")
+    [problem] = problems(spec(acceptance={"json_schema": {"properties": {"a": {"type": ["x"]}}}}))
+    assert problem.startswith("acceptance.json_schema.properties.a.type:")
+    [problem] = problems(spec(acceptance={"json_schema": {"required": "a"}}))
+    assert problem.startswith("acceptance.json_schema.required:")
+
+
+def test_a_json_schema_keeps_the_keywords_it_does_not_check() -> None:
+    schema = {"type": "object", "required": ["a"],
+              "properties": {"a": {"type": "string", "description": "the answer"}}}
+    record = to_run_record(with_run_id(parse_spec(spec(acceptance={"json_schema": schema}))),
+                           1, [], {"user": "alice"}, "local")  # fmt: skip
+    assert record.acceptance == {"json_schema": schema}
+    assert check_acceptance(record.acceptance, '{"a": 1}', {}) == (
+        "the field 'a' must be of type string"
+    )
+    assert check_acceptance(record.acceptance, '{"a": "x"}', {}) is None
 
 
 def test_budgets_must_be_positive() -> None:
