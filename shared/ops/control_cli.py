@@ -32,6 +32,7 @@ from callgate.decisions.claims import ResolveOutcome
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import SignedDecision
 from callgate.errors import JobFailedError
+from callgate.ops import exits
 from callgate.ops.approvals_cli import person_signer
 from callgate.states import CallState
 
@@ -160,7 +161,8 @@ async def cmd_reply(args: argparse.Namespace) -> int:
 
 
 def _person(cmd: Any, who: str) -> None:
-    cmd.add_argument("--as", dest="person", required=True, help=f"who decides ({who})")
+    cmd.add_argument("--as", dest="person", required=True, type=exits.person_name,
+                     help=f"who decides ({who})")
     cmd.add_argument("--key", type=Path,
                      help="their private key (default: HOME/keys/<as>.pem, the local keyring)")
     cmd.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a verdict")

@@ -8,7 +8,8 @@ key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with 
 demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL) and, with ``--slack``, the fake Slack
 with the approvals bot.  Then it writes ``HOME/dev.json`` (0600: the Redis URL may carry a
 password, which is never printed) with its pid, so `Settings` in another terminal joins this
-deployment with nothing exported; the file goes when dev stops.
+deployment with nothing exported; the file goes when dev stops.  `callgate up` writes the same
+file: an embedded Redis has a generated password, which only this file and the children hold.
 """
 
 from __future__ import annotations
@@ -84,16 +85,36 @@ def cmd_dev(args: argparse.Namespace) -> int:
         say(f"--scenarios {args.scenarios}: not a folder")
         return 2
     system = LocalSystem(dev_spec(args), progress=say, sink=sink)
-    state_file = Path(system.env["CALLGATE_HOME"]) / DEV_STATE_FILE
-    running = read_dev_state(state_file.parent)
-    if running is not None:
-        say(f"callgate dev already runs here (pid {running['pid']}, {state_file}); stop it first")
+    state_file = state_file_of(system)
+    if already_running(state_file, say):
         return 1
     try:
         return _serve(system, args, state_file, console, say)
     finally:
         system.stop()
-        _remove_state(state_file)
+        remove_state(state_file)
+
+
+def state_file_of(system: LocalSystem) -> Path:
+    """Where `dev` and `up` say how to reach the deployment they run (``HOME/dev.json``)."""
+    return Path(system.env["CALLGATE_HOME"]) / DEV_STATE_FILE
+
+
+def already_running(state_file: Path, say: Callable[[str], None]) -> bool:
+    """Whether a live `dev` or `up` already runs under this home (then it is said why)."""
+    running = read_dev_state(state_file.parent)
+    if running is None:
+        return False
+    say(f"callgate dev or up already runs here (pid {running['pid']}, {state_file}); "
+        "stop it first")
+    return True
+
+
+def write_state(system: LocalSystem, state_file: Path) -> dict[str, Any]:
+    """Write ``state_file`` (0600: the Redis URL carries the embedded Redis's password)."""
+    state = dev_state(system)
+    write_secret_file(state_file, orjson.dumps(state, option=orjson.OPT_INDENT_2), overwrite=True)
+    return state
 
 
 def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
@@ -105,9 +126,7 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
     except START_ERRORS as exc:
         system.explain(exc, say)
         return 1
-    state = dev_state(system)
-    write_secret_file(state_file, orjson.dumps(state, option=orjson.OPT_INDENT_2), overwrite=True)
-    show_banner(state, state_file, console)
+    show_banner(write_state(system, state_file), state_file, console)
     signum = wait_for_stop_signal()
     say(f"signal {signum}: stopping")
     return 0
@@ -166,7 +185,7 @@ def show_banner(state: dict[str, Any], state_file: Path, console: Console | None
     console.print("[dim]Ctrl-C stops everything[/dim]")
 
 
-def _remove_state(state_file: Path) -> None:
+def remove_state(state_file: Path) -> None:
     """Remove dev.json if it is ours (a second dev refused to start must not remove the
     first one's)."""
     with contextlib.suppress(OSError, orjson.JSONDecodeError):

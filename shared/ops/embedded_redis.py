@@ -99,10 +99,16 @@ class EmbeddedRedis:
     login: tuple[str, str] | None = None
     """User and password of `url` and of the readiness check (needed once default is off)."""
     tls: RedisTls | None = None
+    password: str | None = None
+    """The default user's password (``requirepass``), so no other local user gets in; it goes
+    in a 0600 file in the server's 0700 directory, never on its command line, which every
+    local user can read."""
 
     @property
     def url(self) -> str:
-        return self.url_for(*self.login) if self.login else self.url_for()
+        if self.login:
+            return self.url_for(*self.login)
+        return self.url_for("default", self.password) if self.password else self.url_for()
 
     def url_for(self, user: str | None = None, password: str | None = None) -> str:
         """The URL a client of ``user`` connects with: ``rediss://`` verifying the server's
@@ -125,8 +131,9 @@ class EmbeddedRedis:
     def arguments(self) -> list[str]:
         """The redis-server command line."""
         args = [find_redis_server()]
-        if self.config_file is not None:
-            args.append(str(self.config_file))
+        config = self._with_password() if self.password else self.config_file
+        if config is not None:
+            args.append(str(config))
         args += ["--bind", "127.0.0.1", "--dir", str(self.directory)]
         args += ["--logfile", str(self.directory / "redis.log")]
         if self.config_file is None:
@@ -151,6 +158,16 @@ class EmbeddedRedis:
             "--tls-auth-clients",
             self.tls.auth_clients,
         ]
+
+    def _with_password(self) -> Path:
+        """A config file (0600) setting the password, including ``config_file`` if any."""
+        path = self.directory / "password.conf"
+        lines = [] if self.config_file is None else [f'include "{self.config_file}"']
+        lines.append(f"requirepass {self.password}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        return path
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         # What it prints before its log file is open (a bad config) lands beside the log.

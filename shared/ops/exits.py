@@ -8,14 +8,17 @@ left only for what no person can fix: a bug.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from pydantic import ValidationError
 from redis.exceptions import AuthenticationError, NoPermissionError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from callgate.auth.keyring import LocalKeyring
 from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.errors import (
@@ -68,6 +71,16 @@ def exit_for_status(status: str) -> int:
 def one_line(text: str) -> str:
     """``text`` on one line with every URL password masked: what a terminal may show."""
     return mask_url_password(" ".join(str(text).split()))
+
+
+def person_name(text: str) -> str:
+    """``--as NAME`` (argparse ``type``): a key name of the local keyring, so a path such as
+    ``../keys/carol`` is a usage line with exit 2 rather than a traceback from the keyring."""
+    try:
+        LocalKeyring(Path()).key_path(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def redis_url() -> str:

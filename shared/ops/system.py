@@ -1,10 +1,11 @@
 """One whole callgate deployment on this machine, as real processes, started and stopped as one.
 
-Redis (the one at ``REDIS_URL`` if it answers, else an embedded one; or always a private one,
-with AOF when it must survive a restart), the demo services (travel, booking), the scripted
-model server, and any number of replicas of every worker — all under one `Supervisor`, which
-restarts what dies.  `callgate demo`, conformance, chaos, benchmarks and the end-to-end tests
-start the system through this one place, so they all run the same thing users run.
+Redis (the one at ``REDIS_URL`` if it answers, else an embedded one with a generated password;
+or always a private one, with AOF when it must survive a restart), the demo services (travel,
+booking), the scripted model server, and any number of replicas of every worker — all under
+one `Supervisor`, which restarts what dies.  `callgate demo`, conformance, chaos, benchmarks and
+the end-to-end tests start the system through this one place, so they all run the same thing
+users run.
 
 The environment passes through to every child unchanged, except that the scripted model's URL
 becomes ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL`` only when it is started (i.e. when no real
@@ -13,6 +14,7 @@ provider key is set, or when asked to).
 
 from __future__ import annotations
 
+import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -167,7 +169,10 @@ class LocalSystem:
                 shown = mask_url_password(candidate)
                 self.progress(f"{shown} does not answer; starting an embedded Redis")
         if url is None:
-            self.redis = EmbeddedRedis(appendonly=self.spec.redis != "private").start()
+            # A generated password: on a shared host, no other local user gets the workers'
+            # power.  Only the children's environment and a 0600 state file hold it.
+            self.redis = EmbeddedRedis(appendonly=self.spec.redis != "private",
+                                       password=secrets.token_hex(24)).start()
             url = self.redis.url
         self.env["REDIS_URL"] = url
         # The URL may carry a user's password: say where Redis is, never how to get in.
