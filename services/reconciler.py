@@ -25,7 +25,7 @@ from callgate.logs import log_fields
 from callgate.records import CallRecord, Effect, RunRecord, error_result, ok_result
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
-from callgate.streams.service import Runtime, ServiceSpec, main
+from callgate.streams.service import Runtime, ServiceSpec, main, on_home_stream
 from callgate.streams.worker import DeadLetter
 from callgate.tools.contract import Reconciliation, Tool, call_context
 
@@ -130,7 +130,7 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
     run instead would strand a write that may have happened in ``reconciling``, outside every
     inbox, with no outcome ever recorded."""
     order = letter.envelope
-    if not isinstance(order, ReconcileRequest):
+    if not isinstance(order, ReconcileRequest) or not on_home_stream(runtime, letter):
         return
     ledger = runtime.ledger
     run, [call] = await ledger.run_and_calls(order.run_id, [order.call_id])

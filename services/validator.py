@@ -6,9 +6,10 @@ exec messages for allowed calls and the results of rejected ones are written in 
 step, so a redelivered batch is a no-op.  It decides from the turn's facts
 (`callgate.facts.DecideFacts`: the run's authority and the calls as recorded), carried by the
 message or read from the ledger; a tool's preconditions (which may do I/O) run only after a
-guarded check that the ledger holds those facts.  Calls that need a human get an approval
-bound to their exact arguments; the run pauses, and by default nothing with an effect runs
-until the whole batch is decided.  Signed decisions arrive on the decisions stream
+guarded check that the ledger holds those facts, and carried facts that make deciding raise
+are set aside for the ledger's.  Calls that need a human get an approval bound to their exact
+arguments; the run pauses, and by default nothing with an effect runs until the whole batch
+is decided.  Signed decisions arrive on the decisions stream
 (`callgate.decisions.flow`).
 """
 
@@ -37,6 +38,7 @@ from callgate.facts import ProposedCall as RecordedCall
 from callgate.facts import decide as decide_with
 from callgate.ledger.dispatch import Decided
 from callgate.ledger.steps import Verdict
+from callgate.logs import log_fields
 from callgate.records import RAW_ARGUMENTS_MAX_BYTES, ErrorResult, truncate_utf8
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
@@ -65,11 +67,12 @@ class Validator:
     async def handle(self, message: Envelope, delivery: Delivery) -> None:
         match message:
             case ValidateRequest():
+                carried = self._carried(message)
                 await decide_with(
-                    self._carried(message),
+                    carried,
                     lambda: self.ledger.decide_facts(message.run_id, message.turn,
                                                      message.call_ids),
-                    lambda facts: self._decide(message, facts, delivery),
+                    lambda facts: self._decide_on(message, facts, delivery, facts is carried),
                     {"run_id": message.run_id, "turn": message.turn},
                 )
             case SignedDecision():
@@ -92,6 +95,21 @@ class Validator:
             distrusted({"run_id": message.run_id, "turn": message.turn})
             return None
         return facts
+
+    async def _decide_on(
+        self, message: ValidateRequest, facts: DecideFacts, delivery: Delivery, carried: bool
+    ) -> Mismatch | None:
+        """Decide on ``facts``.  A message's own facts are only its word until the step's
+        guard holds them: if deciding on them raises, they are set aside for the ledger's,
+        whose errors are real ones (the message never fails its run for what it carried)."""
+        if not carried:
+            return await self._decide(message, facts, delivery)
+        try:
+            return await self._decide(message, facts, delivery)
+        except Exception:
+            log.warning("deciding on carried facts raised", exc_info=True,
+                        extra=log_fields(run_id=message.run_id, turn=message.turn))
+            return MISMATCH
 
     async def _decide(
         self, message: ValidateRequest, facts: DecideFacts, delivery: Delivery

@@ -1,24 +1,33 @@
 """Stream messages: one frozen pydantic model per kind, one orjson codec.
 
 Every envelope carries a schema version, its own message id, the ``run_id`` and ``turn``
-it belongs to and, for per-call messages, the ``call_id``.  Validation is strict and
-extra fields are forbidden; anything that does not decode raises `EnvelopeError`, which
-the stream loop turns into a dead letter with the reason.
+it belongs to and, for per-call messages, the ``call_id``.  Validation is strict, extra
+fields are forbidden and every number is bounded (anyone allowed to XADD a stream chooses
+them); anything that does not decode raises `EnvelopeError`, which the stream loop turns
+into a dead letter with the reason.  Each stream carries only its own kinds (`CARRIED_ON`):
+the loop dead-letters any other kind, so no handler sees a message off its stream.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from callgate.errors import EnvelopeError
-from callgate.facts import DecideFacts, ExecFacts
+from callgate.facts import CALLS_MAX, DecideFacts, ExecFacts
 from callgate.records import CallOutcome
 
 SCHEMA_VERSION = 1
+TURN_MAX = 1_000_000
+"""Far above any run's turns (a spec allows 1,000; follow-ups add one each)."""
+ATTEMPT_MAX = 1_000
+EPOCH_MS_MAX = 2**53
+"""The largest time in ms a JSON number holds exactly (the year 285,000)."""
 
 
 def new_id() -> str:
@@ -35,7 +44,7 @@ class EnvelopeBase(BaseModel):
     """Unique id of this message, for tracing and dedup."""
     run_id: str = Field(min_length=1, max_length=128)
     """The run this message belongs to; also selects the partition."""
-    turn: int = Field(ge=0)
+    turn: int = Field(ge=0, le=TURN_MAX)
     """The model turn this message belongs to (1-based; 0 before the first turn)."""
 
 
@@ -56,7 +65,8 @@ class ValidateRequest(EnvelopeBase):
     """Ask the validator to decide every call the model requested in ``turn``."""
 
     kind: Literal["validate_request"] = "validate_request"
-    call_ids: tuple[str, ...] = Field(min_length=1)
+    call_ids: tuple[Annotated[str, Field(min_length=1, max_length=128)], ...] = Field(
+        min_length=1, max_length=CALLS_MAX)
     """The turn's calls, in provider order."""
     facts: DecideFacts | None = None
     """What model_turn recorded, when it carries it (`callgate.facts`)."""
@@ -66,7 +76,7 @@ class ExecRequest(CallEnvelopeBase):
     """Ask an executor to run one allowed or approved call."""
 
     kind: Literal["exec_request"] = "exec_request"
-    chain: tuple[str, ...] = ()
+    chain: tuple[Annotated[str, Field(max_length=128)], ...] = Field((), max_length=CALLS_MAX)
     """Calls on the same resource to run after this one, in order, once it is terminal."""
     facts: ExecFacts | None = None
     """The call as the validator decided it, when carried (`callgate.facts`)."""
@@ -87,9 +97,9 @@ class ReconcileRequest(CallEnvelopeBase):
     """Ask the reconciler whether a write with an unknown outcome took effect."""
 
     kind: Literal["reconcile_request"] = "reconcile_request"
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=ATTEMPT_MAX)
     """Which check of the back-off schedule this is."""
-    chain: tuple[str, ...] = ()
+    chain: tuple[Annotated[str, Field(max_length=128)], ...] = Field((), max_length=CALLS_MAX)
     """Calls on the same resource waiting for this one to be resolved."""
 
 
@@ -113,7 +123,7 @@ class ApprovalRequested(CallEnvelopeBase):
     """The canonical arguments with every field the tool marks sensitive redacted."""
     approver_role: str
     requested_by: str
-    expires_ms: int
+    expires_ms: int = Field(ge=0, le=EPOCH_MS_MAX)
 
 
 class OutcomeUnknown(CallEnvelopeBase):
@@ -145,6 +155,24 @@ Envelope = Annotated[
     Field(discriminator="kind"),
 ]
 """Any stream message; dispatch on ``.kind`` with `typing.assert_never` in the default."""
+
+CARRIED_ON: Mapping[str, tuple[type[EnvelopeBase], ...]] = MappingProxyType({
+    "turns": (TurnRequest,),
+    "validate": (ValidateRequest,),
+    "exec": (ExecRequest,),
+    "results": (CallResult,),
+    "reconcile": (ReconcileRequest,),
+    "decisions": (SignedDecision, ApprovalExpired),
+    "notify": (ApprovalRequested, OutcomeUnknown),
+})
+"""The kinds each stream carries, and nothing else.  The stream loop dead-letters any other
+kind before a handler sees it: the decisions stream, which approvers and the Slack bot may
+write, never brings the validator a `ValidateRequest`."""
+
+
+def home_stream(kind: type[EnvelopeBase]) -> str:
+    """The one stream kind that carries ``kind`` (a worker's own work stream for it)."""
+    return next(stream for stream, kinds in CARRIED_ON.items() if kind in kinds)
 
 _adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 

@@ -10,7 +10,8 @@ stale or forged message writes nothing, and its reader decides again from the le
 (`decide`).
 
 The state a step moves from (``status``, ``state``, ``turn``) is the step's own guard, not a
-fact: failing it is a lost race, not a mismatch.
+fact: failing it is a lost race, not a mismatch.  Carried numbers are bounded here, so one no
+record could hold fails to decode instead of raising in a handler before its guard.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class Mismatch:
 
 
 MISMATCH: Final = Mismatch()
+
+CALLS_MAX = 10_000
+"""More calls than any turn records (``max_calls_per_turn`` keeps a turn far below)."""
+APPROVAL_TTL_MAX_S = 30 * 24 * 3600
+"""The run spec's own maximum for ``approval_ttl_s``."""
+ATTEMPTS_MAX = 1_000
 
 
 class RecordFacts(BaseModel):
@@ -103,7 +110,7 @@ class DecideRunFacts(RecordFacts):
     identity: dict[str, Any]
     allowed_tools: list[str]
     batch_policy: Literal["hold_effects", "run_allowed"]
-    approval_ttl_s: float | None
+    approval_ttl_s: float | None = Field(gt=0, le=APPROVAL_TTL_MAX_S, allow_inf_nan=False)
 
 
 class ProposedCall(RecordFacts):
@@ -111,7 +118,7 @@ class ProposedCall(RecordFacts):
 
     record = CallRecord
     call_id: str = Field(min_length=1, max_length=128)
-    index: int = Field(ge=0)
+    index: int = Field(ge=0, lt=CALLS_MAX)
     tool: str
     raw_arguments: str
 
@@ -122,7 +129,7 @@ class DecideFacts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     run: DecideRunFacts
-    calls: tuple[ProposedCall, ...] = Field(min_length=1)
+    calls: tuple[ProposedCall, ...] = Field(min_length=1, max_length=CALLS_MAX)
 
 
 class ExecRunFacts(RecordFacts):
@@ -153,7 +160,7 @@ class ExecFacts(BaseModel):
     run: ExecRunFacts
     call: ExecCallFacts
     state: CallState = CallState.ALLOWED
-    attempts: int = Field(default=0, ge=0)
+    attempts: int = Field(default=0, ge=0, le=ATTEMPTS_MAX)
 
     @classmethod
     def of(cls, run: RunRecord, call: CallRecord) -> ExecFacts | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.clock import now_ms
 from callgate.envelopes import TurnRequest
 from callgate.ledger.approval_steps import Decider
 from callgate.ledger.resolve_steps import ResolveSteps
@@ -44,19 +43,13 @@ class ControlSteps(ResolveSteps):
                                  fields={"reason": why,
                                          "result": error_result("cancelled", why)})
             if call.state == CallState.NEEDS_APPROVAL and call.approval_id is not None:
-                self._withdraw(tx, run.run_id, call.approval_id, decider.person)
+                self.withdraw_approval(tx, run.run_id, call.approval_id, decider.person,
+                                       "the run was cancelled")
         self.run_transition(tx, run.run_id, [run.status], RunState.CANCELLED,
                             expect_turn=run.turn, fields={"reason": why})
         self.event(tx, run.run_id, "run.cancelled", person=decider.person,
                    signed_by=decider.signer, reason=reason, msg_id=msg_id)
         return await self.retention(tx, run.run_id, run.turn)
-
-    def _withdraw(self, tx: Tx, run_id: str, approval_id: str, person: str) -> None:
-        key = self.keys.approval(run_id, approval_id)
-        tx.expect(key, "state", "pending")
-        tx.hset(key, {"state": "withdrawn", "decided_by": person, "decided_ms": now_ms(),
-                      "reason": "the run was cancelled"})
-        tx.zrem(self.keys.run_pending_approvals(run_id), f"{run_id} {approval_id}")
 
     async def resume_run(
         self, run: RunRecord, decider: Decider, *, turn: int, max_turns: int,

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import redis.asyncio as aioredis
 
 from callgate.config import Settings
-from callgate.envelopes import ApprovalRequested, Envelope, OutcomeUnknown
+from callgate.envelopes import CARRIED_ON, ApprovalRequested, Envelope, OutcomeUnknown
 from callgate.errors import EnvelopeError
 from callgate.keys import Keys
 from callgate.slack.messages import Notification
@@ -44,8 +44,8 @@ def notification_worker(
             case _:
                 raise EnvelopeError(f"not a notification: {message.kind!r}")
 
-    keys = Keys(settings.key_prefix, settings.partitions)
+    streams = Keys(settings.key_prefix, settings.partitions).streams("notify")
     return StreamWorker(
-        redis, settings, group=group, streams=keys.streams("notify"), handler=handle,
-        consumer=consumer,
+        redis, settings, group=group, streams=streams, handler=handle, consumer=consumer,
+        accepts=dict.fromkeys(streams, CARRIED_ON["notify"]),
     )

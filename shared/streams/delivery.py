@@ -4,6 +4,8 @@ Split from `shared/streams/worker.py` (which owns reading, reclaiming, heartbeat
 each decision about a single delivery sits in one short, readable place:
 
 * no ``d`` field, or a ``d`` that does not decode → dead letter now, with the reason;
+* a message of a kind its stream does not carry (`callgate.envelopes.CARRIED_ON`) → dead
+  letter now, with the reason, as one that does not decode: no handler or hook acts on it;
 * delivered more than ``max_deliveries`` times without settling (its consumers kept dying
   or being stopped) → dead letter without running it again;
 * handler returned → ack (queued at once: the effect is durable, a cancellation cannot lose it),
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from callgate.config import Settings
 from callgate.crashpoints import crash_point
-from callgate.envelopes import Envelope, decode
+from callgate.envelopes import Envelope, EnvelopeBase, decode
 from callgate.errors import CallgateError, EnvelopeError
 from callgate.keys import Keys
 from callgate.ledger.tx import Tx, slot_of
@@ -60,11 +62,15 @@ class Delivery:
 
 
 Handler = Callable[[Envelope, Delivery], Awaitable[None]]
+Accepts = Mapping[str, tuple[type[EnvelopeBase], ...]]
+"""Per stream name, the envelope kinds it carries (a stream not named carries any)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A message given up on; ``envelope`` is None when it did not decode."""
+    """A message given up on, and the stream it came on; ``envelope`` is None when it did
+    not decode, or is of a kind that stream does not carry (a forged or misrouted message:
+    a hook acts on none of those)."""
 
     stream: str
     message_id: str
@@ -119,8 +125,10 @@ class MessageRunner:
         handler: Handler,
         on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None,
         stats: WorkerStats,
+        accepts: Accepts | None = None,
     ) -> None:
         self._settings = settings
+        self._accepts = accepts or {}
         self._scripts = scripts
         self._keys = Keys(settings.key_prefix, settings.partitions)
         self._group = group
@@ -140,6 +148,10 @@ class MessageRunner:
             envelope = decode(msg.raw)
         except EnvelopeError as exc:
             await self.dead(msg, None, exc.message)
+            return
+        carried = self._accepts.get(msg.stream)
+        if carried is not None and not isinstance(envelope, carried):
+            await self.dead(msg, None, f"{envelope.kind!r} is not carried on {msg.stream}")
             return
         limit = self._settings.max_deliveries
         if msg.count > limit:

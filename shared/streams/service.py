@@ -13,8 +13,9 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -23,16 +24,27 @@ from callgate import eventloop
 from callgate.auth.deployment import TrustSource
 from callgate.config import Settings
 from callgate.connect import redis_client
-from callgate.envelopes import CallEnvelopeBase, EnvelopeBase
+from callgate.envelopes import (
+    CARRIED_ON,
+    CallEnvelopeBase,
+    EnvelopeBase,
+    ValidateRequest,
+    home_stream,
+)
+from callgate.errors import KeyFileError, TrustConfigError
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
-from callgate.tools.registry import ToolRegistry, load_registry
+from callgate.tools.registry import RegistryError, ToolRegistry, load_registry
 
 log = logging.getLogger("callgate.service")
 
+STARTUP_ERRORS = (TrustConfigError, KeyFileError, RegistryError)
+"""What a worker meets at start-up when the deployment's own files are wrong."""
+START_FAILED = 2
+"""The exit code of a worker that could not start (`run_worker`)."""
 GC_THRESHOLD = 20_000
 """Allocations between young-generation collections (CPython's default is 700)."""
 
@@ -90,8 +102,9 @@ DeadLetterHook = Callable[["Runtime", DeadLetter], Awaitable[None]]
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """One worker kind: its consumer group, the stream kinds it reads, its handler, and what
-    a dead letter of its messages means (`fails_bound_run` for most)."""
+    """One worker kind: its consumer group, the stream kinds it reads (each taking only the
+    kinds `CARRIED_ON` it), its handler, and what a dead letter of its messages means
+    (`fails_bound_run` for most)."""
 
     name: str
     stream_kinds: Sequence[str]
@@ -112,26 +125,46 @@ async def fail_bound_run(
     runtime: Runtime, letter: DeadLetter, kinds: tuple[type[EnvelopeBase], ...]
 ) -> None:
     """A poison message fails its run with the reason — but only a message this worker is
-    for, bound to the run's current turn (and, for a call's message, to a call of it): a
+    for, that came on its own work stream (the one that carries its kind: a decisions stream
+    others may write never counts), bound to the run's current turn and to calls of it: a
     forged or misrouted message naming a live run is dead-lettered and fails nothing."""
     envelope = letter.envelope
-    if envelope is None or not isinstance(envelope, kinds):
+    if envelope is None or not isinstance(envelope, kinds) or not on_home_stream(runtime, letter):
         return
-    run = await runtime.ledger.get_run(envelope.run_id)
+    run, calls = await runtime.ledger.run_and_calls(envelope.run_id, _bound_calls(envelope))
     if run is None or run.status in RUN_TERMINAL or run.turn != envelope.turn:
         return
-    if isinstance(envelope, CallEnvelopeBase):
-        call = await runtime.ledger.get_call(envelope.run_id, envelope.call_id)
-        if call is None or call.turn != envelope.turn:
-            return
+    if any(call is None or call.turn != envelope.turn for call in calls):
+        return
     tx = await runtime.ledger.end_run(run, RunState.FAILED, f"dead letter: {letter.reason}")
     await runtime.ledger.apply(tx)
+
+
+def on_home_stream(runtime: Runtime, letter: DeadLetter) -> bool:
+    """Whether the dead message came on the one stream that carries its kind (a worker's own
+    work stream for it), the only place a message that may end a run comes from."""
+    envelope = letter.envelope
+    home = None if envelope is None else home_stream(type(envelope))
+    return home is not None and letter.stream in runtime.keys.streams(home)
+
+
+def _bound_calls(envelope: EnvelopeBase) -> tuple[str, ...]:
+    """The calls a message names, each of which must be of its turn for it to end the run."""
+    if isinstance(envelope, CallEnvelopeBase):
+        return (envelope.call_id,)
+    if isinstance(envelope, ValidateRequest):
+        return envelope.call_ids
+    return ()
 
 
 async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
     """Run the service's stream loop until stopped (or drained, in burst mode)."""
     handler = await spec.make_handler(runtime)
-    streams = [s for kind in spec.stream_kinds for s in runtime.keys.streams(kind)]
+    accepts = {
+        stream: CARRIED_ON[kind] for kind in spec.stream_kinds
+        for stream in runtime.keys.streams(kind)
+    }
+    streams = list(accepts)
 
     async def dead_letter(letter: DeadLetter) -> None:
         if spec.on_dead_letter is not None:
@@ -145,6 +178,7 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
         handler=handler,
         consumer=runtime.consumer,
         on_dead_letter=dead_letter,
+        accepts=accepts,
     )
     if burst:
         return await worker.run_burst()
@@ -194,4 +228,16 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> None:
         finally:
             await runtime.close()
 
-    eventloop.run(_run())
+    run_worker(spec.name, _run())
+
+
+def run_worker(name: str, work: Coroutine[Any, Any, Any]) -> None:
+    """Run a worker process's loop.  A deployment mistake found at start-up (a trust file, a
+    key or a tool module that does not load) is one logged line and exit 2, not a traceback:
+    the process cannot serve until the deployment is fixed."""
+    try:
+        eventloop.run(work)
+    except STARTUP_ERRORS as exc:
+        log.error("cannot start: fix the deployment and start again",
+                  extra=log_fields(service=name, reason=str(exc)))
+        raise SystemExit(START_FAILED) from None

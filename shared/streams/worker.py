@@ -48,6 +48,7 @@ from callgate.streams.commands import (
     text,
 )
 from callgate.streams.delivery import (
+    Accepts,
     DeadLetter,
     Delivery,
     Handler,
@@ -77,7 +78,7 @@ shielded step to start (one more) and for the pipeline to write it (one more).""
 
 
 class StreamWorker:
-    """One consumer in ``group`` over ``streams``, running ``handler`` per message."""
+    """One consumer in ``group`` over ``streams``, handling what each carries (``accepts``)."""
 
     def __init__(
         self,
@@ -89,6 +90,7 @@ class StreamWorker:
         handler: Handler,
         consumer: str | None = None,
         on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None = None,
+        accepts: Accepts | None = None,
     ) -> None:
         if not streams:
             raise ValueError("a StreamWorker needs at least one stream")
@@ -100,21 +102,12 @@ class StreamWorker:
         self._scripts = Scripts(redis)
         self.stats = WorkerStats()
         self._runner = MessageRunner(
-            settings,
-            self._scripts,
-            group=group,
-            handler=handler,
-            on_dead_letter=on_dead_letter,
-            stats=self.stats,
+            settings, self._scripts, group=group, handler=handler,
+            on_dead_letter=on_dead_letter, stats=self.stats, accepts=accepts,
         )
         self._upkeep = Upkeep(
-            redis,
-            settings,
-            self._scripts,
-            group=group,
-            consumer=self.consumer,
-            streams=self._streams,
-            held=self._held,
+            redis, settings, self._scripts, group=group, consumer=self.consumer,
+            streams=self._streams, held=self._held,
         )
         self._free_slots = settings.concurrency
         """Messages this worker may still start: one slot per message being handled."""
