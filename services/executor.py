@@ -7,8 +7,12 @@ before anything runs: a message whose facts the ledger does not hold runs nothin
 redelivered message never starts a second execution while the first is alive.  A message
 redelivered because its executor died finds the call still ``executing``: a read is redone,
 an idempotent write is retried with the same operation id, and a write becomes ``unknown`` and
-goes to the reconciler — never replayed (reconciler.py).  Just before dispatch an approved call's
-binding is checked against exactly what is sent.  A lost answer (timeout, dropped connection)
+goes to the reconciler — never replayed (reconciler.py).  Whether a call needs a human's
+approval is asked again of the registered tool (its ``approval`` rule over the run's identity
+and the arguments sent), never taken from the record, which the ``workers`` login can edit; such
+a call runs only under an approval that verifies against exactly what is sent, and the take
+consumes it (``approved → consumed``) in the same atomic step, so one approval sends one call
+once.  A lost answer (timeout, dropped connection)
 fails a read with an explicit error and makes any write ``unknown``; any other exception from a
 tool fails a read with a ``tool_error`` result the model is told, and makes a write ``unknown``
 with the (redacted) exception as its reason, for the reconciler.
@@ -19,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from callgate.auth.tokens import verify_decision
 from callgate.crashpoints import crash_point
@@ -91,8 +96,10 @@ class Executor:
         self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], delivery: Delivery
     ) -> Mismatch | None:
         attempt = facts.attempts + 1
+        gate = await self._gate(message, facts, tool, attempt)
+        consume = gate.consume if isinstance(gate, Cleared) else None
         tx, _ = self.ledger.take_call(
-            message.run_id, message.call_id, facts, attempt, self.rt.consumer
+            message.run_id, message.call_id, facts, attempt, self.rt.consumer, consume
         )
         taken = await self.ledger.apply(tx)
         if not taken.ok:
@@ -100,14 +107,11 @@ class Executor:
             # call orphaned in ``executing`` by an attempt that lost Redis or its process.
             return MISMATCH
         crash_point("executor.after_take")
-        sent = tool.validate(facts.call.arguments)  # exactly what goes out
-        broken = await self._approval_binding_error(message, facts, tool, sent)
-        if broken is not None:
-            outcome = Outcome(CallState.FAILED, error_result("approval_mismatch", broken))
-        else:
+        if isinstance(gate, Cleared):
             op_id = facts.call.operation_id or message.call_id
-            outcome = await self._execute(self._context(message, facts, attempt), tool, sent,
-                                          op_id)
+            outcome = await self._execute(gate.ctx, tool, gate.sent, op_id)
+        else:
+            outcome = gate
         crash_point("executor.after_request")
         settle = self.ledger.settle_call(message, attempt, outcome, message.chain,
                                          tool.sensitive_fields)
@@ -115,32 +119,69 @@ class Executor:
         crash_point("executor.after_persist")
         return None
 
+    async def _gate(
+        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], attempt: int
+    ) -> Cleared | Outcome:
+        """What may go out, decided before the take from the registered tool, never from the
+        record's say-so: the arguments as the tool validates them, its authorization, and —
+        when its approval rule asks for one — a verified approval for the take to consume.
+        Pure Python unless an approval is needed.  An `Outcome` is why nothing is sent."""
+        try:
+            ctx = self._context(message, facts, attempt)
+            sent = tool.validate(facts.call.arguments)  # exactly what goes out
+        except ValidationError as exc:
+            return _refused("invalid_arguments",
+                            f"the recorded call does not validate ({exc.error_count()} errors)")
+        role = tool.approval(ctx.identity, sent)  # the validator's question, asked again
+        consume = facts.call.approval_id
+        if role is not None or consume is not None:
+            broken = await self._approval_error(message, facts, tool, sent, role)
+            if broken is not None:
+                return _refused("approval_mismatch", broken)
+        reason = tool.authorize(ctx.identity, sent)
+        if reason is not None:
+            return _refused("not_authorized", reason)
+        return Cleared(ctx, sent, consume)
+
     def _context(self, message: ExecRequest, facts: ExecFacts, attempt: int) -> ToolContext:
         return context_of(message.run_id, message.call_id, message.turn, facts.run.identity,
                           self.session, attempt)
 
-    async def _approval_binding_error(
-        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], sent: BaseModel
+    async def _approval_error(
+        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], sent: BaseModel,
+        role: str | None,
     ) -> str | None:
-        """Re-check, just before dispatch, that a signed approval binds exactly what is sent:
-        the hash of these very arguments, this call, this tool version, and a decision token
-        from a person who holds the role (never the stored copies alone)."""
+        """Why the call may not run under its approval: a signed approval must bind exactly
+        what is sent (the hash of these very arguments, this call, this tool version), from a
+        person who holds the role the tool asks for, decided before it expired, and not used
+        yet — or used by this very call, which a redelivery finds still ``executing``."""
         approval_id = facts.call.approval_id
         if approval_id is None:
-            return None
+            return f"{tool.name} needs an approval by {role} and this call has none"
         approval = await self.ledger.get_approval(message.run_id, approval_id)
         if approval is None:
             return "the approval record is missing"
-        if approval.state != "approved":
-            return f"the approval is {approval.state}, not approved"
+        usable = "consumed" if facts.state == CallState.EXECUTING else "approved"
+        if approval.state == "consumed" and usable == "approved":
+            return "the approval was used already: one approval sends its call once"
+        if approval.state != usable:
+            return f"the approval is {approval.state}, not {usable}"
         sent_hash = args_hash(tool.dump(sent))
         if sent_hash != approval.args_hash or approval.call_id != message.call_id:
             return "the arguments differ from the approved ones"
         if approval.tool_version != tool.version:
             return f"the tool changed from version {approval.tool_version} to {tool.version}"
-        return self._signature_error(approval, message.run_id, sent_hash)
+        role = role or approval.approver_role
+        if approval.approver_role != role:
+            return f"the approval was asked of {approval.approver_role}, the tool needs {role}"
+        if approval.decided_ms is None or approval.decided_ms >= approval.expires_ms:
+            return "the approval was not decided before it expired"
+        requester = str(facts.run.identity.get("user", ""))
+        return self._signature_error(approval, message, sent_hash, requester)
 
-    def _signature_error(self, approval: ApprovalRecord, run_id: str, sent: str) -> str | None:
+    def _signature_error(
+        self, approval: ApprovalRecord, call: ExecRequest, sent: str, requester: str
+    ) -> str | None:
         if approval.decision_token is None:
             return "the approval carries no signed decision"
         try:
@@ -149,12 +190,14 @@ class Executor:
             claims = read_approval_claims(decided.claims)
         except AuthError as exc:
             return f"the approval's decision does not verify: {exc.reason}"
-        if (claims.act, claims.run, claims.apr, claims.hash) != (
-            "approve", run_id, approval.approval_id, sent,
+        if (claims.act, claims.run, claims.apr, claims.call, claims.hash) != (
+            "approve", call.run_id, approval.approval_id, call.call_id, sent,
         ):
             return "the signed decision does not approve these arguments"
         if approval.approver_role not in decided.roles:
             return f"{decided.person} does not hold the role {approval.approver_role}"
+        if decided.person == requester:
+            return "the requester cannot approve their own request"
         return None
 
     async def _execute(
@@ -177,6 +220,20 @@ class Executor:
             log.debug("executed", extra=log_fields(
                 run_id=ctx.run_id, call_id=ctx.call_id, tool=tool.name, attempt=ctx.attempt,
                 elapsed_ms=round((time.perf_counter() - started) * 1000, 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """A call that may go out: its context, the validated arguments, and the approval the
+    take consumes (None when the tool asks for none)."""
+
+    ctx: ToolContext
+    sent: BaseModel
+    consume: str | None = None
+
+
+def _refused(code: str, why: str) -> Outcome:
+    return Outcome(CallState.FAILED, error_result(code, why))
 
 
 def _lost_answer(tool: Tool[Any], exc: BaseException, args: BaseModel) -> Outcome:

@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict
 from callgate.auth.tokens import VerifiedDecision
 from callgate.decisions.claims import ApprovalClaims
 
-ApprovalState = Literal["pending", "approved", "denied", "expired", "withdrawn"]
-"""``withdrawn``: its run was cancelled while it waited."""
+ApprovalState = Literal["pending", "approved", "consumed", "denied", "expired", "withdrawn"]
+"""``consumed``: approved, and its call taken to run (in the executor's take step), so the
+approval sends no second call.  ``withdrawn``: its run was cancelled or ended while it waited."""
 
 
 class ApprovalRecord(BaseModel):
@@ -55,6 +56,11 @@ class ApprovalRecord(BaseModel):
         return cls.model_validate({k.decode(): v.decode() for k, v in raw.items()})
 
 
+def shown_state(state: str) -> str:
+    """An approval's state as a person reads it (a refusal, a Slack reply)."""
+    return "approved and used" if state == "consumed" else state
+
+
 def refusal(
     record: ApprovalRecord | None,
     claims: ApprovalClaims,
@@ -68,7 +74,7 @@ def refusal(
     if (record.run_id, record.call_id) != (claims.run, claims.call):
         return "the decision does not match the approval's run or call"
     if record.state != "pending":
-        return f"already decided ({record.state})"
+        return f"already decided ({shown_state(record.state)})"
     if now_ms >= record.expires_ms:
         return "the approval has expired"
     if claims.hash != record.args_hash:

@@ -22,6 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.auth.tokens import Signer, sign_decision
 from callgate.decisions.claims import approval_claims
+from callgate.decisions.record import shown_state
 from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import Keys
 from callgate.logs import log_fields
@@ -81,7 +82,7 @@ def authorize(
     if record.approver_role and record.approver_role not in approver.roles:
         return f"approving this needs the role {record.approver_role!r}, which you do not hold"
     if record.state != "pending":
-        return f"this approval is already {record.state}"
+        return f"this approval is already {shown_state(record.state)}"
     if record.expired(now_ms):
         return "this approval has expired"
     return None
