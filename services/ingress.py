@@ -4,12 +4,14 @@ arq carries what streams do not do well: the job other services enqueue (JSON, n
 see `callgate.jobs`), delayed work and periodic sweeps.  It serves two queues: the public one,
 where a submitter may enqueue ``start_run`` and ``reply_run`` (a follow-up input,
 `callgate.conversation`) and nothing else, and the workers' own (approval expiry, the sweeps:
-`callgate.sweeps`).  Before anything exists the job's identity is verified
-(`callgate.auth.admission`); then creating the run is the ledger's create-once step: the run
-record, its first history item, its deadline entry and ``TurnRequest(turn=1)`` on the turns
-stream land in one guarded atomic step, and a second start of the same run id is a no-op
-however it arrives (arq is at-least-once) — if it is the same request: the record keeps a hash
-of the spec and verified identity, and a start that differs fails with `SpecConflictError`.
+`callgate.sweeps`, and `sweep_public_queue`, which undoes a submitter's re-score of another's
+queued job).  Before anything exists the job's identity is verified
+(`callgate.auth.admission`) and an identity token's one use recorded; then creating the run
+is the ledger's create-once step: the run record, its first history item, its deadline entry
+and ``TurnRequest(turn=1)`` on the turns stream land in one guarded atomic step, and a second
+start of the same run id is a no-op however it arrives (arq is at-least-once) — if it is the
+same request: the record keeps a hash of the spec and verified identity, and a start that
+differs fails with `SpecConflictError`.
 
 ``python -m callgate.services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for
 up to ``shutdown_grace_s``, then stop (`callgate.streams.arq`).
@@ -29,8 +31,7 @@ from arq.cron import cron
 from arq.worker import func
 from pydantic import ValidationError
 
-from callgate import eventloop
-from callgate.auth.admission import admit
+from callgate.auth.admission import Admitted, admit
 from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.conversation import ENQUEUED_MAX_TRIES, reply_run
@@ -43,8 +44,9 @@ from callgate.providers import get_adapter
 from callgate.records import RunRecord
 from callgate.runspec import RunSpec, parse_spec, to_run_record
 from callgate.streams.arq import JOB_TIMEOUT_S, QueueSpec, serve
-from callgate.streams.service import Runtime, tune_gc
-from callgate.sweeps import expire_approval, sweep_approvals, sweep_deadlines
+from callgate.streams.public_queue import put_back_rescored
+from callgate.streams.service import Runtime, run_worker, tune_gc
+from callgate.sweeps import SWEEP_BATCH, expire_approval, sweep_approvals, sweep_deadlines
 from callgate.tools.registry import ToolRegistry
 
 log = logging.getLogger("callgate.ingress")
@@ -58,7 +60,7 @@ SWEEP_EVERY_S = 10
 def _selected_tools(registry: ToolRegistry, spec: RunSpec) -> list[str]:
     """The registered tools the run may use; the spec may only select among them (and among
     the registered acceptance validators, whether or not it has an allow-list)."""
-    validator = (spec.acceptance or {}).get("validator")
+    validator = getattr(spec.acceptance, "validator", None)  # a `ValidatorRule`
     if validator is not None and validator not in registry.validators:
         known = ", ".join(sorted(registry.validators)) or "none"
         raise RunSpecError([f"acceptance.validator: {validator!r} is not a registered "
@@ -95,11 +97,7 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     start = _start_job(job)
     parsed = parse_spec(start.spec)
     run_id = parsed.run_id or str(ctx.get("job_id") or "")
-    try:
-        admitted = admit(start, run_id, rt.trust.current(), now=time.time())
-    except AuthError as exc:
-        log.warning("start job refused", extra=log_fields(run_id=run_id, reason=exc.reason))
-        raise
+    admitted = await _admitted(rt, start, run_id)
     if parsed.run_id is None:
         parsed = parse_spec({**start.spec, "run_id": run_id})
     tools = _selected_tools(rt.registry, parsed)
@@ -121,6 +119,24 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     return {"run_id": run_id, "created": result.ok}
 
 
+async def _admitted(rt: Runtime, start: StartJob, run_id: str) -> Admitted:
+    """`admit`, and an identity token's one use recorded: a second run with it is refused (the
+    same run again, a redelivered job, finds its own record)."""
+    try:
+        admitted = admit(start, run_id, rt.trust.current(), now=time.time(),
+                         token_max_age_s=rt.settings.identity_token_max_age_s)
+        use = admitted.token_use
+        if use is not None and run_id != await rt.ledger.use_identity_token(
+            use.token_id, run_id, use.expires_ms
+        ):
+            raise AuthError("identity token already used: each starts one run; "
+                            "get a new one from the identity provider")
+    except AuthError as exc:
+        log.warning("start job refused", extra=log_fields(run_id=run_id, reason=exc.reason))
+        raise
+    return admitted
+
+
 async def _same_request(rt: Runtime, run: RunRecord) -> None:
     """A second start of an existing run id is harmless only if it is the same request: the
     same spec for the same verified identity.  Anything else fails the job with
@@ -135,12 +151,25 @@ async def _same_request(rt: Runtime, run: RunRecord) -> None:
     raise SpecConflictError(run.run_id)
 
 
+# -- the public queue's sweep ----------------------------------------------------------------
+
+
+async def sweep_public_queue(ctx: dict[str, Any]) -> int:
+    """Undo re-scores of public queue entries into the future (`put_back_rescored`):
+    submitters may ZADD there, to enqueue, so one may push another's job far back."""
+    rt: Runtime = ctx["runtime"]
+    count = await put_back_rescored(rt.redis, rt.settings, SWEEP_BATCH)
+    if count:
+        log.warning("re-scored queue entries put back", extra=log_fields(count=count))
+    return count
+
+
 # -- the worker ------------------------------------------------------------------------------
 
 
 def queues(settings: Settings) -> list[QueueSpec]:
-    """The public queue (``start_run``) and the internal one (expiry, sweeps every
-    `SWEEP_EVERY_S`)."""
+    """The public queue (``start_run``, ``reply_run``) and the internal one (expiry, and the
+    sweeps every `SWEEP_EVERY_S`, the public queue's among them)."""
     sweeps = [
         cron(
             sweep,
@@ -150,7 +179,7 @@ def queues(settings: Settings) -> list[QueueSpec]:
             run_at_startup=True,
             timeout=JOB_TIMEOUT_S,
         )
-        for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals))
+        for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals, sweep_public_queue))
     ]
     return [
         QueueSpec(queue_name(settings), [
@@ -169,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup_logging("ingress")
     tune_gc()
     settings = Settings()
-    eventloop.run(serve(settings, queues(settings), "ingress", burst=args.burst))
+    run_worker("ingress", serve(settings, queues(settings), "ingress", burst=args.burst))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """`CallgateClient`: submit runs, read their state, wait for them, from any Python service.
 
-Submitting enqueues the arq ``start_run`` job with job id = run id, signed with this
-service's key (or carrying an end user's identity token) so the ingress can verify who vouches
-for the run's identity; the spec is validated here first so a caller learns of a typo at once
-rather than from a failed job.  Waiting blocks
+Submitting writes the arq ``start_run`` job create-only (`callgate.streams.public_queue`) with
+job id = run id, signed with this service's key (and carrying an end user's identity token, if
+given) so the ingress can verify who vouches for the run's identity; the spec is validated here
+first so a caller learns of a typo at once rather than from a failed job.  The client remembers
+what it submitted under each run id, and ``wait`` never returns a run that is not that one (a
+job someone else wrote first under the id).  Waiting blocks
 on the run's event stream (XREAD BLOCK): every status change writes an event in the same
 atomic step, so reading the last event id *before* the status can never miss a change.
 """
@@ -12,17 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from arq.constants import job_key_prefix
+from arq.constants import job_key_prefix, result_key_prefix
 from arq.jobs import Job
 
 from callgate.auth.deployment import signer_of
-from callgate.auth.tokens import Signer, sign_submission
+from callgate.auth.tenancy import job_id
+from callgate.auth.tokens import Signer, issuer_of, sign_submission
 from callgate.config import Settings
 from callgate.connect import redis_client
-from callgate.envelopes import new_id
 from callgate.errors import (
     CallgateError,
     JobFailedError,
@@ -42,14 +46,18 @@ from callgate.jobs import (
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.records import CallRecord, Event, RunRecord
-from callgate.runspec import RunSpec, parse_spec, with_run_id
+from callgate.runspec import RunSpec, parse_spec, spec_hash, with_run_id
 from callgate.states import RUN_PAUSED, RUN_TERMINAL
+from callgate.streams.public_queue import enqueue_once
 
 WAIT_BLOCK_MS = 1000
 """Longest single XREAD BLOCK; the status is re-read after each (covers lost connections)."""
 DEDUP_WAIT_S = 5.0
 """How long `CallgateClient.submit` waits for an earlier job under the same run id to end, to
 tell whether it was the same request."""
+REMEMBERED_SUBMISSIONS = 100_000
+"""How many of its own submissions a client can tell apart from a run someone else started
+under the same id (`CallgateClient.wait`)."""
 PENDING_POLL_MS = 50
 """How often ``wait`` looks again while a start job for the run id is still to be run: its
 end writes no event to block on."""
@@ -106,6 +114,29 @@ def _same_spec(submitted: object, parsed: RunSpec) -> bool:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What this client submitted under a run id: the run it may call its own."""
+
+    vouched_by: str
+    """``service:NAME`` for this client's own key, ``issuer:ISS`` for an identity token."""
+    spec_hash: str | None
+    """The run's `callgate.runspec.spec_hash`, when this client knows the identity."""
+    spec: RunSpec | None = None
+    """The spec, when the identity is the issuer's to verify (hashed with the run's)."""
+
+    def mismatch(self, run: RunRecord) -> str | None:
+        """Why ``run`` is not the run submitted; None when it is."""
+        if run.vouched_by != self.vouched_by:
+            return f"vouched for by {run.vouched_by}, not {self.vouched_by}"
+        expected = self.spec_hash
+        if self.spec is not None:
+            expected = spec_hash(self.spec, run.identity)
+        if run.spec_hash != expected:
+            return "created from another spec or identity"
+        return None
+
+
 class CallgateClient:
     """A connection to one callgate deployment (its Redis and key prefix)."""
 
@@ -116,6 +147,7 @@ class CallgateClient:
         self.ledger = Ledger(self.redis, self.keys, self.settings)
         self._queue = JobQueue(self.settings, queue_name(self.settings))
         self._signer: Signer | None = None
+        self._submitted: OrderedDict[str, Submission] = OrderedDict()
 
     def signer(self) -> Signer:
         """This service's signing key (read once; `KeyFileError` says what to do if absent)."""
@@ -129,33 +161,47 @@ class CallgateClient:
         """Validate and enqueue a run; returns its run id (minted if the spec has none).
 
         The job is signed with this service's key, vouching for the spec's identity; with
-        ``identity_token`` (a JWT from an issuer the deployment trusts) the run acts for the
-        token's subject instead.  Submitting the same run id again with the same spec is
-        harmless: arq drops the duplicate job while its result is kept, and the ledger's
-        create-once guard covers the rest.  A different spec under a taken run id raises
-        `SpecConflictError`, here when arq drops the job, else from `wait` once the ingress has
-        refused it.
+        ``identity_token`` (a short-lived JWT from an issuer the deployment trusts, used once)
+        the run acts for the token's subject instead.  Submitting the same run id again with
+        the same spec is harmless: no second job is written while one is queued or its result
+        kept, and the ledger's create-once guard covers the rest.  A different spec under a
+        taken run id raises `SpecConflictError`, here when a job under it is kept, else from
+        `wait` once the ingress has refused it or the run is found to be another's.
         """
         parsed = with_run_id(parse_spec(spec if isinstance(spec, RunSpec) else dict(spec)))
-        assert parsed.run_id is not None
+        run_id = parsed.run_id
+        assert run_id is not None
         payload = parsed.model_dump(mode="json", exclude_none=True)
-        if identity_token is not None:
-            job = StartJob(spec=payload, identity_token=identity_token)
-        else:
-            token = sign_submission(self.signer(), run_id=parsed.run_id, spec=payload)
-            job = StartJob(spec=payload, token=token)
-        pool = await self._queue.pool()
-        queued = await pool.enqueue_job(START_RUN, job.model_dump(exclude_none=True),
-                                        _job_id=parsed.run_id)
-        if queued is None:
+        token = sign_submission(self.signer(), run_id=run_id, spec=payload)
+        job = StartJob(spec=payload, token=token, identity_token=identity_token)
+        self._remember(run_id, self._submission(payload, identity_token))
+        if await self.redis.exists(f"{result_key_prefix}{run_id}") or not await enqueue_once(
+            self.redis, self.settings, START_RUN, job, run_id
+        ):
             await self._same_as_queued(parsed)
-        return parsed.run_id
+        return run_id
+
+    def _remember(self, run_id: str, submission: Submission) -> None:
+        """Keep what was submitted under ``run_id``, for the last `REMEMBERED_SUBMISSIONS`
+        runs (a long-lived service submits without end; ``wait`` follows soon after)."""
+        self._submitted[run_id] = submission
+        self._submitted.move_to_end(run_id)
+        if len(self._submitted) > REMEMBERED_SUBMISSIONS:
+            self._submitted.popitem(last=False)
+
+    def _submission(self, payload: dict[str, Any], identity_token: str | None) -> Submission:
+        parsed = parse_spec(payload)  # exactly as the ingress will read the job
+        if identity_token is None:
+            return Submission(f"service:{self.signer().key_id}",
+                              spec_hash(parsed, payload.get("identity") or {}))
+        return Submission(f"issuer:{issuer_of(identity_token)}", None, parsed)
 
     async def _same_as_queued(self, parsed: RunSpec) -> None:
-        """arq dropped the job: one with this id is queued, running or has its result kept.
+        """No job was written: one with this id is queued, running or has its result kept.
         Ours never reaches the ingress, so a conflict is found here, from the kept result (the
         one part of a job a submitter may read): a different spec under that id, or the same
-        one whose job failed as a conflict.  A job still to be run is waited for, briefly."""
+        one whose job failed as a conflict.  A job still to be run is waited for, briefly; if
+        it is someone else's with the same spec, ``wait`` finds its voucher differs."""
         assert parsed.run_id is not None
         job = await self._job(parsed.run_id)
         deadline = time.monotonic() + DEDUP_WAIT_S
@@ -200,8 +246,9 @@ class CallgateClient:
         """Block until the run is terminal or paused; return its status (`status`).
 
         Raises `TimeoutError` after ``timeout_s``, `JobFailedError` if its start job failed,
-        `SpecConflictError` if the run id was taken by another spec (then the status of that
-        other run is not returned: it is not the run this caller asked for).
+        `SpecConflictError` if the run id was taken by another spec, or (for a run this client
+        submitted) the run under the id is not the one it submitted: another spec, identity or
+        voucher.  The status of such another run is never returned.
         """
         deadline = time.monotonic() + timeout_s
         stream = self.keys.events(run_id)
@@ -209,6 +256,8 @@ class CallgateClient:
         while True:
             last = await self._last_event_id(stream)
             run = await self.ledger.get_run(run_id)
+            if run is not None:
+                self._raise_if_not_submitted(run)
             pending = False
             if watch_job or run is None or settled(run.status):
                 failure = await self._job_failure(run_id)
@@ -226,6 +275,14 @@ class CallgateClient:
                 raise TimeoutError(f"run {run_id} still {status} after {timeout_s}s")
             block_ms = PENDING_POLL_MS if pending else WAIT_BLOCK_MS
             await self.redis.xread({stream: last}, count=100, block=min(left_ms, block_ms))
+
+    def _raise_if_not_submitted(self, run: RunRecord) -> None:
+        mine = self._submitted.get(run.run_id)
+        why = None if mine is None else mine.mismatch(run)
+        if why is not None:
+            raise SpecConflictError(run.run_id, f"run {run.run_id} is not the run this client "
+                                    f"submitted ({why}): another job took the run id first; "
+                                    "submit under a new run id")
 
     async def _last_event_id(self, stream: str) -> str:
         entries = await self.redis.xrevrange(stream, count=1)
@@ -265,14 +322,14 @@ class CallgateClient:
         the reply id (`reply_result` waits for its verdict).  ``policy`` says what happens if
         the run is busy: refused, or admitted once when it next completes
         (`callgate.conversation`)."""
-        reply_id = f"reply-{new_id()}"
+        reply_id = job_id(run_id, "reply")  # a tenant's run: under its prefix, as its login needs
         fields: dict[str, Any] = {"run_id": run_id, "reply_id": reply_id, "input": text,
                                   "policy": policy, "max_turns": max_turns}
         unsigned = ReplyJob(**fields, token="unsigned")
         token = sign_submission(self.signer(), run_id=run_id, spec=unsigned.signed_part())
         job = ReplyJob(**fields, token=token)
-        pool = await self._queue.pool()
-        await pool.enqueue_job(REPLY_RUN, job.model_dump(exclude_none=True), _job_id=reply_id)
+        if not await enqueue_once(self.redis, self.settings, REPLY_RUN, job, reply_id):
+            raise JobFailedError(f"reply {reply_id}: a job under this id exists; send it again")
         return reply_id
 
     async def reply_result(self, reply_id: str, timeout_s: float) -> dict[str, Any]:

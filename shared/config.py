@@ -20,6 +20,8 @@ import orjson
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from callgate.keys import TENANT_PATTERN
+
 DEV_STATE_FILE = "dev.json"
 """Under ``home``: where a running `callgate dev` says which Redis and key prefix it uses."""
 
@@ -38,6 +40,12 @@ class Settings(BaseSettings):
         description="Where the ledger and the streams live.",
     )
     key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
+    tenant: str | None = Field(
+        default=None,
+        pattern=f"^{TENANT_PATTERN}$",
+        description="The tenant whose login the CLI uses (Redis user submitters_<tenant> or "
+        "approvers_<tenant>): `callgate runs` and the inbox list that tenant's runs only.",
+    )
     partitions: int = Field(default=1, ge=1, le=1024, description="N in hash(run_id) mod N.")
     tool_modules: CommaList = Field(
         default=(),
@@ -138,6 +146,11 @@ class Settings(BaseSettings):
     signing_key: Path | None = Field(
         default=None,
         description="The private key of ``submitter``; default: HOME/keys/<submitter>.pem.",
+    )
+    identity_token_max_age_s: float = Field(
+        default=600.0, gt=0, le=86_400,
+        description="Longest lifetime (exp - iat) of an end user's identity token a run may "
+        "start with; each such token starts one run.",
     )
 
     # Bounds on what one model response may make us keep.

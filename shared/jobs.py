@@ -1,8 +1,9 @@
 """The arq job contract shared by the ingress worker and every client that enqueues.
 
 Jobs are JSON (orjson), never pickle, so a service in any language can start a run by writing
-arq's job itself (`callgate.client.CallgateClient.submit` writes the same through arq;
-``tests/integration/test_raw_enqueue.py`` does it with redis-py and PyJWT alone):
+arq's job itself (`callgate.client.CallgateClient.submit` writes the same through
+`callgate.streams.public_queue.enqueue_once`; ``tests/integration/test_raw_enqueue.py`` does it
+with redis-py and PyJWT alone):
 
 1. **Run id** — 1 to 128 characters matching ``^[A-Za-z0-9][A-Za-z0-9_.:-]*$``; it is the arq
    job id and the spec's ``run_id``.
@@ -23,16 +24,26 @@ arq's job itself (`callgate.client.CallgateClient.submit` writes the same throug
    "iat": NOW, "exp": NOW + TTL, "jti": RANDOM}`` (seconds; TTL at most one day, 300 usual).
    The spec's ``identity`` must lie within the roles (and users) the trust file lets NAME grant.
 5. **Job value** — ``{"t": 1, "f": "start_run", "a": [{"spec": SPEC, "token": TOKEN}],
-   "k": {}, "et": ENQUEUE_MS}`` as JSON (`StartJob` is the one argument; an end user's
-   identity provider JWT goes in ``identity_token`` instead of ``token``).
-6. **Enqueue** — in one MULTI/EXEC, unless ``arq:job:RUN_ID`` or ``arq:result:RUN_ID`` exists
-   (then this run id was enqueued already; WATCH the first): ``SET arq:job:RUN_ID VALUE PX
-   86400000`` (arq's own TTL: a day) and ``ZADD PREFIX:arq ENQUEUE_MS RUN_ID``, where PREFIX is
-   the deployment's ``CALLGATE_KEY_PREFIX`` (default ``cg``; `queue_name`).
+   "k": {}, "et": ENQUEUE_MS}`` as JSON (`StartJob` is the one argument).  A run that acts for
+   an end user carries that user's identity provider JWT in ``identity_token`` *beside*
+   ``token`` (the submitter still signs): it needs ``iat`` and ``exp``, may live at most
+   ``CALLGATE_IDENTITY_TOKEN_MAX_AGE_S`` (default 10 minutes), and starts one run only.
+6. **Enqueue** — create-only, in one MULTI/EXEC: ``SETNX arq:job:RUN_ID VALUE`` and
+   ``ZADD PREFIX:arq ENQUEUE_MS RUN_ID``, where PREFIX is the deployment's
+   ``CALLGATE_KEY_PREFIX`` (default ``cg``; `queue_name`).  SETNX answering 0 means a job under
+   this run id is queued or running already.  Before it, if ``arq:result:RUN_ID`` exists the
+   run id was used: compare your spec with the kept one (``a[0].spec``) instead of enqueueing.
+   The job key has no expiry (the ingress deletes it when the job ends).  Submitters may not
+   SET, PSETEX, PEXPIRE or DEL (deploy/redis/users.acl): a queued job is never overwritten,
+   shortened or removed, and an entry re-scored into the future is put back by the ingress.
 
-A job with neither a token nor an identity token, a broken signature or a spec changed after
-signing creates no run.  The job's result (``arq:result:RUN_ID``) says how it went; a failed
-job's holds ``{"error": type, "message": text}`` instead of a pickled exception.
+A job with no submitter's signature, a broken signature, a spec changed after signing, or an
+identity token used before, creates no run.  The job's result (``arq:result:RUN_ID``) says how it
+went; a failed job's holds ``{"error": type, "message": text}`` instead of a pickled exception.
+A kept result holds the job's arguments without ``token`` and ``identity_token``: submitters
+read results, and nothing they read may hold another's credential.  The run record names who
+vouched for it (``vouched_by``) and the hash of its spec and identity (``spec_hash``):
+`callgate.client.CallgateClient.wait` compares both with what it submitted.
 
 Submitters may write only that public queue.  The workers' own delayed work (approval expiry,
 periodic sweeps) runs on a queue of their own (`internal_queue_name`).
@@ -63,11 +74,11 @@ class StartJob(BaseModel):
     """The `RunSpec` as JSON; its ``run_id`` is the job id."""
     token: str | None = Field(default=None, max_length=16_384)
     """A submitting service's signature over this spec and run id
-    (`callgate.auth.tokens.sign_submission`); the identity is theirs to assert, within the
-    roles the deployment lets them grant."""
+    (`callgate.auth.tokens.sign_submission`), always required; without an identity token the
+    identity is theirs to assert, within the roles the deployment lets them grant."""
     identity_token: str | None = Field(default=None, max_length=16_384)
-    """A JWT from an issuer the deployment trusts: the run acts for its subject, with the
-    roles the deployment maps its claim to."""
+    """A short-lived JWT from an issuer the deployment trusts, used once: the run acts for its
+    subject, with the roles the deployment maps its claim to."""
 
 
 REPLY_RUN = "reply_run"
@@ -95,6 +106,13 @@ class ReplyJob(BaseModel):
     def signed_part(self) -> dict[str, Any]:
         """What the token signs (with the run id): every field but the token."""
         return self.model_dump(exclude={"token", "run_id"}, exclude_none=True)
+
+
+CREDENTIALS = ("token", "identity_token")
+"""Job argument fields a kept result never holds (submitters read results)."""
+QUEUE_SKEW_MS = 5_000
+"""How far in the future a public queue entry may be scored: arq's own retries defer by a
+second or two; anything later is a re-score by someone else and is put back to now."""
 
 
 def queue_name(settings: Settings) -> str:
@@ -181,7 +199,16 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+def _without_credentials(arg: Any) -> Any:
+    if not isinstance(arg, dict):
+        return arg
+    return {name: value for name, value in arg.items() if name not in CREDENTIALS}
+
+
 def job_serializer(value: Any) -> bytes:
+    """JSON; a result (arq's has ``r``, a job's has not) keeps no token of its arguments."""
+    if isinstance(value, dict) and "r" in value and isinstance(value.get("a"), list | tuple):
+        value = {**value, "a": [_without_credentials(arg) for arg in value["a"]]}
     return orjson.dumps(value, default=_jsonable)
 
 

@@ -6,17 +6,19 @@ that may sign for them).  Roles a token claims are ignored: they come from the t
 from an identity provider's mapped claim.  PyJWT checks signatures, algorithms, audience, issuer
 and required claims; it reads the wall clock, so ``exp`` / ``iat`` / ``nbf`` are checked here
 against the caller's ``now``.  Verifying remembers nothing: a decision's ``jti`` is the caller's
-to record once, with the decision it applied (reserve, then consume).
+to record once, with the decision it applied (reserve, then consume); so is an identity
+token's (`VerifiedIdentity.token_id`: each starts one run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import secrets
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
@@ -67,6 +69,10 @@ class VerifiedIdentity:
     roles: tuple[str, ...]
     """The roles claim's values mapped through the issuer's ``role_map``, in token order."""
     issuer: str
+    token_id: str = field(default="", compare=False)
+    """Names this token once: a hash of the issuer and ``jti``, or of the token if it has none."""
+    expires_at: float = field(default=0.0, compare=False)
+    """The token's ``exp``: until then a second use must be refused."""
 
 
 def sign(signer: Signer, claims: Mapping[str, Any], ttl_s: float) -> str:
@@ -169,8 +175,19 @@ def verify_decision(token: str, trust: TrustConfig, *, now: float) -> VerifiedDe
     return VerifiedDecision(signer=kid, person=person, roles=trust.roles_of(person), claims=claims)
 
 
-def verify_identity_token(token: str, trust: TrustConfig, *, now: float) -> VerifiedIdentity:
-    """The user (and mapped roles) a trusted identity provider's token vouches for."""
+def issuer_of(token: str) -> str | None:
+    """The ``iss`` a token names, unverified: for its holder's own token, never to trust one."""
+    with _reasons():
+        issuer = jwt.decode(token, options={"verify_signature": False}).get("iss")
+    return issuer if isinstance(issuer, str) else None
+
+
+def verify_identity_token(
+    token: str, trust: TrustConfig, *, now: float, max_lifetime_s: float
+) -> VerifiedIdentity:
+    """The user (and mapped roles) a trusted identity provider's token vouches for.  It must
+    say when it was issued and live at most ``max_lifetime_s``: a lifted token is then
+    worthless soon, and its use is recorded until it expires (`VerifiedIdentity.token_id`)."""
     with _reasons():
         unverified = jwt.decode(token, options={"verify_signature": False})
         header = jwt.get_unverified_header(token)
@@ -182,14 +199,18 @@ def verify_identity_token(token: str, trust: TrustConfig, *, now: float) -> Veri
     if not candidates:
         raise AuthError(f"no key of {name} fits the token's kid and alg")
     claims = _verified_claims(
-        token, candidates, required=("exp", issuer.user_claim), now=now,
-        audience=issuer.audience, issuer=name, max_lifetime_s=None,
+        token, candidates, required=("exp", "iat", issuer.user_claim), now=now,
+        audience=issuer.audience, issuer=name, max_lifetime_s=max_lifetime_s,
     )  # fmt: skip
     try:
         user, roles = issuer.user_and_roles(claims)
     except ValueError as exc:
         raise AuthError(str(exc)) from None
-    return VerifiedIdentity(user=user, roles=roles, issuer=name)
+    jti = claims.get("jti")
+    named = f"{name}\0{jti}" if isinstance(jti, str) and jti else token
+    return VerifiedIdentity(user=user, roles=roles, issuer=name,
+                            token_id=hashlib.sha256(named.encode()).hexdigest(),
+                            expires_at=float(claims["exp"]))
 
 
 def _check_signs_for(trust: TrustConfig, signer: str, person: str) -> None:
@@ -258,7 +279,8 @@ def _check_times(claims: Mapping[str, Any], now: float, max_lifetime_s: float | 
     if any(start is not None and start > now + CLOCK_SKEW_S for start in (iat, nbf)):
         raise AuthError("not yet valid")
     if max_lifetime_s is not None and (iat is None or exp - iat > max_lifetime_s):
-        raise AuthError("token lifetime exceeds 1 day")
+        limit = "1 day" if max_lifetime_s == MAX_LIFETIME_S else f"{max_lifetime_s:g} s"
+        raise AuthError(f"token lifetime exceeds {limit}")
 
 
 def _number(claims: Mapping[str, Any], name: str) -> float | None:

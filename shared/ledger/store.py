@@ -10,6 +10,7 @@
                     (resolve_steps.py)
                     └── ControlSteps    a person cancels or resumes a run
                         (control_steps.py)
+        TokenSteps (token_steps.py)   an identity token starts one run (beside the above)
 
 Services call a named step to build a guarded `Tx` and `apply` it (with their message's ack,
 `Delivery.ack_with`) in one atomic step; they never write a key themselves.
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 from callgate.ledger.control_steps import ControlSteps
 from callgate.ledger.reads import redis_errors, require_calls
+from callgate.ledger.token_steps import TokenSteps
 from callgate.ledger.tx import Guard, Tx, TxResult
 
 __all__ = ["Guard", "Ledger", "Tx", "TxResult", "redis_errors", "require_calls"]
 
 
-class Ledger(ControlSteps):
+class Ledger(ControlSteps, TokenSteps):
     """Reads and named steps of runs, calls, approvals, history and events."""

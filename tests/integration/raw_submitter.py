@@ -23,7 +23,6 @@ import jwt
 import redis
 
 TOKEN_TTL_S = 300
-JOB_TTL_MS = 86_400_000
 
 
 def spec_digest(spec: dict[str, Any]) -> str:
@@ -48,24 +47,19 @@ def submission_token(spec: dict[str, Any], run_id: str, submitter: str, key_pem:
 
 
 def enqueue(client: redis.Redis, prefix: str, spec: dict[str, Any], token: str) -> bool:
-    """5–6. arq's job value and queue entry, once per run id; False if it was enqueued already."""
+    """5–6. arq's job value and queue entry, create-only; False if this run id was used."""
     run_id = spec["run_id"]
     job_key, result_key = f"arq:job:{run_id}", f"arq:result:{run_id}"
+    if client.exists(result_key):  # its job ran already: compare specs instead
+        return False
     enqueue_ms = int(time.time() * 1000)
     value = {"t": 1, "f": "start_run", "a": [{"spec": spec, "token": token}], "k": {},
              "et": enqueue_ms}
     with client.pipeline(transaction=True) as pipe:
-        pipe.watch(job_key)
-        if pipe.exists(job_key, result_key):
-            return False
-        pipe.multi()
-        pipe.set(job_key, json.dumps(value, ensure_ascii=False).encode(), px=JOB_TTL_MS)
+        pipe.setnx(job_key, json.dumps(value, ensure_ascii=False).encode())
         pipe.zadd(f"{prefix}:arq", {run_id: enqueue_ms})
-        try:
-            pipe.execute()
-        except redis.WatchError:  # enqueued by someone else meanwhile
-            return False
-    return True
+        created, _ = pipe.execute()
+    return bool(created)
 
 
 def main(argv: list[str]) -> int:

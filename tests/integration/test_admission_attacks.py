@@ -11,7 +11,8 @@ message on the turns stream), with a control the same deployment accepts:
 2. self-declared roles: a submitter vouches only within its trust entry's ``grants`` (and
    ``attributes``, for identity fields besides user and roles); an
    identity token's roles are the deployment's mapping of its claim, never the spec's, and a
-   spec naming another user than the token is refused;
+   spec naming another user than the token is refused (an identity token's replay, lifetime
+   and need of a submitter's signature: test_identity_token_replay.py);
 3. a bare spec as plain arq enqueues it (callgate's JSON serializer), or one with neither a
    signature nor a token: refused, the arq result saying why in readable JSON;
 4. a spec changed after signing (identity swapped, input changed), or a signature reused for
@@ -39,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.keyring import LocalKeyring
 from callgate.auth.keys import public_key_text
+from callgate.auth.tenancy import run_id_prefix
 from callgate.auth.tokens import Signer, sign_submission, spec_digest
 from callgate.client import CallgateClient
 from callgate.config import Settings
@@ -187,8 +189,9 @@ def narrow_deployment(settings: Settings, tmp_path: Path) -> tuple[Settings, Sig
 
 
 def id_token(key: Any, user: str, roles: list[str], audience: str = AUDIENCE) -> str:
-    claims = {"iss": ISSUER, "aud": audience, "sub": user, "roles": roles,
-              "exp": int(time.time()) + 300}
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": audience, "sub": user, "roles": roles, "iat": now,
+              "exp": now + 300}
     return jwt.encode(claims, key, algorithm="EdDSA")
 
 
@@ -197,8 +200,11 @@ def submitted(signer: Signer, data: dict[str, Any]) -> dict[str, Any]:
     return StartJob(spec=data, token=token).model_dump(exclude_none=True)
 
 
-def with_id_token(data: dict[str, Any], token: str) -> dict[str, Any]:
-    return StartJob(spec=data, identity_token=token).model_dump(exclude_none=True)
+def with_id_token(signer: Signer, data: dict[str, Any], token: str) -> dict[str, Any]:
+    """A job acting for the identity token's user, signed by ``signer`` as it must be."""
+    signature = sign_submission(signer, run_id=data["run_id"], spec=data)
+    return StartJob(spec=data, token=signature, identity_token=token).model_dump(
+        exclude_none=True)
 
 
 async def test_a_submitter_vouches_only_within_its_trust_entry(
@@ -219,7 +225,7 @@ async def test_a_submitter_vouches_only_within_its_trust_entry(
     refused = {new_run_id(): (reason, who) for reason, who in claims.items()}
     for run_id, (_, who) in refused.items():
         await enqueue(pool, submitted(frontdesk, spec(run_id, identity=who)), run_id)
-    control = new_run_id()
+    control = f"{run_id_prefix('acme')}{new_run_id()}"  # a tenant's run carries its name
     mallory = {"user": "mallory", "roles": ["requester"], "tenant": "acme"}
     await enqueue(pool, submitted(frontdesk, spec(control, identity=mallory)), control)
     assert await drain(narrow) == (1, len(refused))
@@ -233,11 +239,13 @@ async def test_an_identity_tokens_roles_are_the_deployments_mapping_of_its_claim
     settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
     tmp_path: Path,
 ) -> None:
-    narrow, _, idp = narrow_deployment(settings, tmp_path)
+    narrow, frontdesk, idp = narrow_deployment(settings, tmp_path)
     alice = id_token(idp, "alice", ["lead", "root", "operator"])
-    mapped = new_run_id()  # the spec claims operator; the token's claim maps to events-lead only
-    claimed = {"user": "alice", "roles": ["operator"]}
-    await enqueue(pool, with_id_token(spec(mapped, identity=claimed), alice), mapped)
+    # The spec claims operator; the token's claim maps to events-lead only.  The tenant is the
+    # submitting service's to name (within its entry), as a run of a tenant's service must.
+    mapped = f"{run_id_prefix('acme')}{new_run_id()}"
+    claimed = {"user": "alice", "roles": ["operator"], "tenant": "acme"}
+    await enqueue(pool, with_id_token(frontdesk, spec(mapped, identity=claimed), alice), mapped)
     stranger = Ed25519PrivateKey.generate()
     refused = {  # reason → (the spec's identity, the token)
         "the spec names 'mallory', the token 'alice'": ({"user": "mallory"}, alice),
@@ -247,12 +255,14 @@ async def test_an_identity_tokens_roles_are_the_deployments_mapping_of_its_claim
     run_ids = {new_run_id(): reason for reason in refused}
     for run_id, reason in run_ids.items():
         who, token = refused[reason]
-        await enqueue(pool, with_id_token(spec(run_id, identity=who), token), run_id)
+        await enqueue(pool, with_id_token(frontdesk, spec(run_id, identity=who), token), run_id)
     assert await drain(narrow) == (1, len(run_ids))
     for run_id, reason in run_ids.items():
         assert reason in await refusal(redis, narrow, run_id)
     assert await assert_created(client, mapped) == {
-        "identity": {"user": "alice", "roles": ["events-lead"]}, "vouched_by": f"issuer:{ISSUER}"}
+        "identity": {"user": "alice", "roles": ["events-lead"], "tenant": "acme"},
+        "vouched_by": f"issuer:{ISSUER}",
+    }
 
 
 # -- 3. no signature at all -------------------------------------------------------------------

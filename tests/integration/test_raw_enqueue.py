@@ -2,9 +2,11 @@
 
 `raw_submitter.py` writes the ``start_run`` job exactly as `callgate.jobs` documents it
 (canonical spec digest, an EdDSA JWT made with PyJWT from the local submitter's key file, arq's
-job value and queue entry) in a process where ``import callgate`` fails.  Then the ingress runs
-in burst mode, the pipeline takes the run through its tool calls, and the run completes,
-vouched for by that submitter.  A job whose spec changed after signing creates no run."""
+job value, written create-only with its queue entry) in a process where ``import callgate``
+fails.  Then the ingress runs in burst mode, the pipeline takes the run through its tool calls,
+and the run completes, vouched for by that submitter; the kept result holds the spec but not the
+token.  A job whose spec changed after signing creates no run.  (The same client under the
+locked-down ``submitters`` login: test_queue_hijack.py.)"""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from callgate.client import CallgateClient
@@ -55,7 +58,8 @@ def raw_spec(**changes: Any) -> dict[str, Any]:
     }
 
 
-def submit_raw(system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any]) -> str:
+def submit_raw(system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any],
+               *, fresh: bool = True) -> str:
     """Enqueue ``spec`` signed over ``signed`` (the same spec, unless a test tampers)."""
     key_file = Path(system.env["CALLGATE_HOME"]) / "keys" / "local.pem"
     argv = [sys.executable, "-c", NO_CALLGATE, str(SUBMITTER), system.env["REDIS_URL"],
@@ -63,7 +67,7 @@ def submit_raw(system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any]
     if spec != signed:
         argv.append(json.dumps(spec))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=system.env)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == (0 if fresh else 1), done.stdout + done.stderr
     return done.stdout.strip()
 
 
@@ -85,6 +89,9 @@ async def test_a_raw_job_starts_a_run_that_completes(pipeline: LocalSystem) -> N
     assert status["identity"]["user"] == "alice"
     assert [c["state"] for c in view["calls"]] == ["succeeded", "succeeded"]
     assert "on_time" in view["final_text"]
+    kept = orjson.loads(await client.redis.get(f"arq:result:{spec['run_id']}"))
+    assert kept["a"] == [{"spec": spec}], "a kept result holds no token"
+    assert submit_raw(pipeline, spec, spec, fresh=False) == "already enqueued"
 
 
 async def test_a_spec_changed_after_signing_creates_no_run(pipeline: LocalSystem) -> None:

@@ -140,7 +140,7 @@ async def test_submitters_submit_and_read_runs_but_write_no_callgate_key(
     run_id = view["run_id"]
     async with CallgateClient(settings) as client:
         assert [e.type for e in await client.events(run_id)]
-        # Submitting again is harmless: arq sees the job's result and drops it (UNWATCH).
+        # Submitting again is harmless: the client sees the job's result and writes nothing.
         assert await client.submit({**TRAVEL_RUN, "run_id": run_id}) == run_id
     with locked.client("submitters") as submitters:
         run_key = KEYS.run(run_id)
@@ -155,11 +155,12 @@ async def test_submitters_submit_and_read_runs_but_write_no_callgate_key(
             ("KEYS", "*"),
         ):
             command_refused(submitters, *command)
-        # Its writes reach arq's job hash and queue only: no run, no result, no in-progress mark.
-        key_refused(submitters, "PSETEX", run_key, 60_000, "x")
+        # Its writes reach arq's job key and queue only: no run, no result, no in-progress mark
+        # (and a job key only create-only: test_submitter_attacks.py).
+        key_refused(submitters, "SETNX", run_key, "x")
         key_refused(submitters, "ZADD", KEYS.deadlines(0), 1, run_id)
-        key_refused(submitters, "PSETEX", f"arq:result:{run_id}", 60_000, "forged")
-        key_refused(submitters, "PSETEX", f"arq:in-progress:{run_id}", 60_000, "1")
+        key_refused(submitters, "SETNX", f"arq:result:{run_id}", "forged")
+        key_refused(submitters, "SETNX", f"arq:in-progress:{run_id}", "1")
         key_refused(submitters, "ZADD", "arq:abort", 1, run_id)
     async with CallgateClient(settings) as client:
         assert (await client.status(run_id))["status"] == "completed"

@@ -26,6 +26,7 @@ from callgate.auth.keys import new_private_key, public_key_text
 from callgate.auth.tokens import (
     Signer,
     VerifiedDecision,
+    VerifiedIdentity,
     check_grant,
     sign,
     sign_decision,
@@ -429,21 +430,33 @@ def _idp_token(world: World, **claims: Any) -> str:
 
 
 def _ed_idp_token(world: World, **claims: Any) -> str:
-    body = {"iss": ED_IDP, "aud": "callgate", "email": "carol@example.com", "exp": int(NOW) + 60}
+    body = {"iss": ED_IDP, "aud": "callgate", "email": "carol@example.com", "iat": int(NOW),
+            "exp": int(NOW) + 60}
     return jwt.encode(_present({**body, **claims}), world.keys["ed-idp"], algorithm="EdDSA")
 
 
+MAX_AGE_S = 3600.0
+"""The identity tokens' lifetime cap these tests verify with (the deployment's setting)."""
+
+
+def _verify_identity_ok(world: World, token: str) -> VerifiedIdentity:
+    return verify_identity_token(token, world.trust, now=NOW, max_lifetime_s=MAX_AGE_S)
+
+
 def _verify_identity(world: World, *, now: float = NOW) -> Callable[[str], object]:
-    return lambda token: verify_identity_token(token, world.trust, now=now)
+    return lambda token: verify_identity_token(token, world.trust, now=now,
+                                                 max_lifetime_s=MAX_AGE_S)
 
 
 def test_an_identity_token_from_a_jwks_issuer_is_verified(world: World) -> None:
     identity = verify_identity_token(
-        _idp_token(world, roles=["viewer", "editor"]), world.trust, now=NOW
+        _idp_token(world, roles=["viewer", "editor"]), world.trust, now=NOW,
+        max_lifetime_s=MAX_AGE_S,
     )
     assert (identity.user, identity.roles, identity.issuer) == ("u1", ("viewer", "editor"), IDP)
     space_separated = _idp_token(world, roles="viewer editor viewer")
-    assert verify_identity_token(space_separated, world.trust, now=NOW).roles == (
+    assert verify_identity_token(space_separated, world.trust, now=NOW,
+                                 max_lifetime_s=MAX_AGE_S).roles == (
         "viewer",
         "editor",
     )
@@ -491,13 +504,35 @@ def test_an_expired_or_future_identity_token_is_refused(world: World) -> None:
     assert _refused(_verify_identity(world), _idp_token(world, exp=None)) == "missing claim 'exp'"
 
 
+def test_an_identity_token_must_say_when_it_was_issued_and_live_no_longer_than_the_cap(
+    world: World,
+) -> None:
+    assert _refused(_verify_identity(world), _idp_token(world, iat=None)) == "missing claim 'iat'"
+    long_lived = _idp_token(world, exp=int(NOW) + int(MAX_AGE_S) + 1)
+    assert _refused(_verify_identity(world), long_lived) == "token lifetime exceeds 3600 s"
+    issued_long_ago = _idp_token(world, iat=int(NOW) - 7200, exp=int(NOW) + 60)
+    assert _refused(_verify_identity(world), issued_long_ago) == "token lifetime exceeds 3600 s"
+
+
+def test_an_identity_tokens_id_is_its_issuer_and_jti_else_the_token(world: World) -> None:
+    """What the ingress records once: two tokens with one jti are one token; without a jti,
+    each token is its own."""
+    one, again = _idp_token(world, jti="j-1"), _idp_token(world, jti="j-1", roles=["x"])
+    assert _verify_identity_ok(world, one).token_id == _verify_identity_ok(world, again).token_id
+    other = _verify_identity_ok(world, _idp_token(world, jti="j-2")).token_id
+    assert other != _verify_identity_ok(world, one).token_id
+    plain = _verify_identity_ok(world, _idp_token(world))
+    assert plain.token_id != _verify_identity_ok(world, _idp_token(world, roles=["x"])).token_id
+    assert plain.expires_at == int(NOW) + 3600
+
+
 def test_the_role_claim_is_mapped_and_unmapped_values_are_dropped(world: World) -> None:
     token = _ed_idp_token(world, groups=["cg-ops", "everyone", "cg-approvers"], roles=["admin"])
-    identity = verify_identity_token(token, world.trust, now=NOW)
+    identity = verify_identity_token(token, world.trust, now=NOW, max_lifetime_s=MAX_AGE_S)
     assert identity == type(identity)(
         user="carol@example.com", roles=("operator", "events-lead"), issuer=ED_IDP
     )
-    assert verify_identity_token(_ed_idp_token(world), world.trust, now=NOW).roles == ()
+    assert _verify_identity_ok(world, _ed_idp_token(world)).roles == ()
 
 
 def test_a_role_claim_of_the_wrong_shape_is_refused(world: World) -> None:
