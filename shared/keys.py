@@ -9,10 +9,29 @@ a worker reads every partition's stream in one XREADGROUP.)
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+
+TENANT_PATTERN = r"[a-z][a-z0-9_]{0,31}"
+"""A tenant's name (`callgate.auth.tenancy`): safe inside a Redis user name, an environment
+variable's name (upper-cased) and an ACL glob (no ``*?[]\\``), and free of the ``.`` that ends
+it in a run id."""
 
 STREAM_KINDS = ("turns", "validate", "exec", "results", "reconcile", "decisions")
 """The hot-path streams, one per partition each (README: Architecture)."""
+
+
+IndexOf = Callable[[int, str | None], str]
+"""A partition index by partition and tenant: `Keys.runs_index`, `pending_approvals`,
+`unresolved_calls`."""
+
+
+def tenant_index(index: str, tenant: str | None) -> str:
+    """A partition index (runs, pending approvals, unresolved calls), or with ``tenant`` its
+    copy holding that tenant's runs' entries only, named like its runs' keys
+    (``…:<tenant>.``): deploy/redis/acl.sh lets the tenant's Redis users read that copy and
+    no other's."""
+    return index if tenant is None else f"{index}:{tenant}."
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +83,23 @@ class Keys:
         """Hash of the ids of the decision tokens applied to a run: each applies once."""
         return f"{self._run_tag(run_id)}:dseen:{run_id}"
 
-    def pending_approvals(self, partition: int) -> str:
-        """Sorted set (by expiry) of ``"<run_id> <approval_id>"`` still waiting for a human."""
-        return f"{self.tag(partition)}:approvals:pending"
+    def identity_token_use(self, token_id: str) -> str:
+        """The run an end user's identity token started (each starts one).  Keyed by the token,
+        in no run's partition: every run's start must see the same key."""
+        return f"{self.prefix}:idtoken:{token_id}"
+
+    def pending_approvals(self, partition: int, tenant: str | None = None) -> str:
+        """Sorted set (by expiry) of ``"<run_id> <approval_id>"`` still waiting for a human;
+        with ``tenant``, its runs' only (`tenant_index`)."""
+        return tenant_index(f"{self.tag(partition)}:approvals:pending", tenant)
 
     def run_pending_approvals(self, run_id: str) -> str:
         return self.pending_approvals(self.partition(run_id))
 
-    def unresolved_calls(self, partition: int) -> str:
+    def unresolved_calls(self, partition: int, tenant: str | None = None) -> str:
         """Sorted set (by when) of ``"<run_id> <call_id>"`` whose write outcome a person must
-        resolve (the inbox)."""
-        return f"{self.tag(partition)}:calls:unresolved"
+        resolve (the inbox); with ``tenant``, its runs' only (`tenant_index`)."""
+        return tenant_index(f"{self.tag(partition)}:calls:unresolved", tenant)
 
     def run_unresolved_calls(self, run_id: str) -> str:
         return self.unresolved_calls(self.partition(run_id))
@@ -83,9 +108,10 @@ class Keys:
         """Sorted set of the partition's live run ids by ``deadline_ms`` (ingress's sweep)."""
         return f"{self.tag(partition)}:deadlines"
 
-    def runs_index(self, partition: int) -> str:
-        """Sorted set of the partition's run ids by creation time, in the partition's slot."""
-        return f"{self.tag(partition)}:runs"
+    def runs_index(self, partition: int, tenant: str | None = None) -> str:
+        """Sorted set of the partition's run ids by creation time, in the partition's slot;
+        with ``tenant``, of that tenant's runs only (`tenant_index`)."""
+        return tenant_index(f"{self.tag(partition)}:runs", tenant)
 
     # Streams.
     def stream(self, kind: str, partition: int) -> str:

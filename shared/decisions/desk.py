@@ -12,7 +12,7 @@ carrying the decision's ``msg_id``), which is what `wait_outcome` reads.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +28,7 @@ from callgate.decisions.claims import (
 )
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import SignedDecision, new_id
-from callgate.keys import Keys
+from callgate.keys import IndexOf, Keys
 from callgate.ledger.store import Ledger, redis_errors
 from callgate.records import CallRecord, Event, RunRecord
 from callgate.states import CallState
@@ -58,10 +58,15 @@ class Outcome:
 class ApprovalDesk:
     """The approvals of one deployment (its Redis and key prefix), for people and scripts."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, ledger: Ledger) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, ledger: Ledger, tenant: str | None = None
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.ledger = ledger
+        # With a tenant, its own copies of the inbox indices are read (`callgate.keys`): its
+        # login may read those and no other tenant's, nor the partition's.
+        self.tenant = tenant
 
     async def pending(self, limit: int = 100) -> list[ApprovalRecord]:
         """Pending approvals of every partition, soonest expiry first."""
@@ -81,15 +86,13 @@ class ApprovalDesk:
                 found.append(call)
         return found
 
-    async def _indexed(
-        self, index_of: Callable[[int], str], limit: int
-    ) -> list[tuple[str, str]]:
-        """The first ``limit`` ``(run id, id)`` of a per-partition ``"<run_id> <id>"`` index,
-        by score across every partition."""
+    async def _indexed(self, index_of: IndexOf, limit: int) -> list[tuple[str, str]]:
+        """The first ``limit`` ``(run id, id)`` of a per-partition ``"<run_id> <id>"`` index
+        (the tenant's copy, with a tenant), by score across every partition."""
         refs: list[tuple[float, str, str]] = []
         with redis_errors():
             for partition in range(self.keys.partitions):
-                index = index_of(partition)
+                index = index_of(partition, self.tenant)
                 for member, score in await self.redis.zrange(index, 0, limit - 1, withscores=True):
                     run_id, _, item_id = _text(member).partition(" ")
                     refs.append((score, run_id, item_id))
@@ -99,7 +102,7 @@ class ApprovalDesk:
         """The pending approval with this id, wherever its run lives (None if not pending)."""
         with redis_errors():
             for partition in range(self.keys.partitions):
-                index = self.keys.pending_approvals(partition)
+                index = self.keys.pending_approvals(partition, self.tenant)
                 async for member, _ in self.redis.zscan_iter(index, match=f"* {approval_id}"):
                     run_id = _text(member).partition(" ")[0]
                     return await self.ledger.get_approval(run_id, approval_id)

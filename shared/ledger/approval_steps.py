@@ -41,8 +41,8 @@ class ApprovalSteps(Reads):
         the notification a person (Slack, `callgate approvals`) acts on."""
         key = self.keys.approval(approval.run_id, approval.approval_id)
         tx.expect_missing(key).hset(key, approval.to_hash())
-        tx.zadd(self.keys.run_pending_approvals(approval.run_id),
-                {f"{approval.run_id} {approval.approval_id}": approval.expires_ms})
+        self.inbox_add(tx, self.keys.pending_approvals, approval.run_id, approval.approval_id,
+                       approval.expires_ms)
         notice = ApprovalRequested(
             run_id=approval.run_id, turn=approval.turn, call_id=approval.call_id,
             approval_id=approval.approval_id, tool=approval.tool, args_hash=approval.args_hash,
@@ -106,8 +106,20 @@ class ApprovalSteps(Reads):
             fields.update(decided_by=decider.person, signed_by=decider.signer,
                           decision_token=decider.token)
         tx.hset(key, fields)
-        tx.zrem(self.keys.run_pending_approvals(record.run_id),
-                f"{record.run_id} {record.approval_id}")
+        self.inbox_remove(tx, self.keys.pending_approvals, record.run_id, record.approval_id)
+
+    def withdraw_approval(
+        self, tx: Tx, run_id: str, approval_id: str, person: str | None, why: str
+    ) -> Tx:
+        """A pending approval its run no longer waits for (cancelled, or ended): no longer
+        decidable and out of the pending index; guarded on it still pending."""
+        key = self.keys.approval(run_id, approval_id)
+        fields: dict[str, str | int] = {"state": "withdrawn", "decided_ms": now_ms(),
+                                        "reason": why}
+        if person is not None:
+            fields["decided_by"] = person
+        tx.expect(key, "state", "pending").hset(key, fields)
+        return self.inbox_remove(tx, self.keys.pending_approvals, run_id, approval_id)
 
     def once(self, tx: Tx, run_id: str, jti: str, what: str) -> Tx:
         """Guard on a person's decision (by its token id) never applied before, and mark it."""

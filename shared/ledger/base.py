@@ -15,9 +15,10 @@ from typing import Any, Protocol
 import orjson
 
 from callgate import envelopes
+from callgate.auth.tenancy import prefix_tenant
 from callgate.clock import now_ms
 from callgate.config import Settings
-from callgate.keys import Keys
+from callgate.keys import IndexOf, Keys
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord, encode_fields, result_code
 from callgate.redact import redact
@@ -194,6 +195,33 @@ class LedgerBase:
         stream = self.keys.run_stream("notify", run_id)
         return tx.xadd(stream, {"d": envelopes.encode(envelope)},
                        cap=self.settings.notify_max_entries)
+
+    def tenant_copy(self, index_of: IndexOf, run_id: str) -> str | None:
+        """The tenant's copy of the partition index ``index_of`` that ``run_id``'s entries
+        belong in, None for a run of no tenant: its prefix names the tenant, as it does for
+        every key of the run (`callgate.auth.tenancy`), so no read is needed to find it."""
+        tenant = prefix_tenant(run_id)
+        return None if tenant is None else index_of(self.keys.partition(run_id), tenant)
+
+    def inbox_add(
+        self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str, score: float
+    ) -> Tx:
+        """Add ``"<run_id> <item_id>"`` to the partition's inbox index ``index_of`` (pending
+        approvals, unresolved calls) and to its run's tenant's copy, in the same step: a
+        tenant's approvers read the copy, never the partition's index."""
+        member = {f"{run_id} {item_id}": score}
+        tx.zadd(index_of(self.keys.partition(run_id), None), member)
+        if (copy := self.tenant_copy(index_of, run_id)) is not None:
+            tx.zadd(copy, member)
+        return tx
+
+    def inbox_remove(self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str) -> Tx:
+        """Take ``"<run_id> <item_id>"`` out of ``index_of`` and its tenant's copy (`inbox_add`)."""
+        member = f"{run_id} {item_id}"
+        tx.zrem(index_of(self.keys.partition(run_id), None), member)
+        if (copy := self.tenant_copy(index_of, run_id)) is not None:
+            tx.zrem(copy, member)
+        return tx
 
     def finish_run_ttl(
         self,

@@ -187,11 +187,12 @@ class Reads(LedgerBase):
         return [_text(v) for v in raw]
 
     async def runs_since(
-        self, partition: int, since_ms: int, offset: int, count: int
+        self, partition: int, since_ms: int, offset: int, count: int, tenant: str | None = None
     ) -> list[tuple[str, int]]:
-        """A page of the partition's runs index, newest first: ``(run id, created_ms)`` of
-        runs created at or after ``since_ms``, skipping the ``offset`` newest."""
-        index = self.keys.runs_index(partition)
+        """A page of the partition's runs index (``tenant``'s own, if given), newest first:
+        ``(run id, created_ms)`` of runs created at or after ``since_ms``, skipping the
+        ``offset`` newest."""
+        index = self.keys.runs_index(partition, tenant)
         raw = await self._client(self.redis.zrevrangebyscore(
             index, "+inf", since_ms, start=offset, num=count, withscores=True))
         return [(_text(member), int(score)) for member, score in raw]
@@ -279,20 +280,30 @@ class Reads(LedgerBase):
         """
         cutoff = now - self.settings.retention_s * 1000
         keys = self.keys
-        await self._prune(keys.unresolved_calls(partition), cutoff, limit,
-                          lambda member: keys.call(*member.split(" ", 1)))
-        return await self._prune(keys.runs_index(partition), cutoff, limit, keys.run)
+        await self._prune(
+            keys.unresolved_calls(partition), cutoff, limit,
+            lambda member: keys.call(*member.split(" ", 1)),
+            lambda member: self.tenant_copy(keys.unresolved_calls, member.split(" ", 1)[0]))
+        return await self._prune(keys.runs_index(partition), cutoff, limit, keys.run,
+                                 lambda run_id: self.tenant_copy(keys.runs_index, run_id))
 
     async def _prune(
-        self, index: str, cutoff: int, limit: int, record_of: Callable[[str], str]
+        self, index: str, cutoff: int, limit: int, record_of: Callable[[str], str],
+        tenant_copy: Callable[[str], str | None],
     ) -> int:
-        """Remove the members of ``index`` scored before ``cutoff`` whose record is gone."""
+        """Remove the members of ``index`` scored before ``cutoff`` whose record is gone, and
+        each from its tenant's copy of the index (``tenant_copy``) in the same step."""
         oldest = await self._client(self.redis.zrangebyscore(index, "-inf", cutoff, 0, limit))
         members = [_text(m) for m in oldest]
         alive = await self._reads([("exists", record_of(m)) for m in members])
         gone = [m for m, n in zip(members, alive, strict=True) if not n]
         if gone:
-            await self._client(self.redis.zrem(index, *gone))
+            tx = self.redis.pipeline(transaction=True)
+            tx.zrem(index, *gone)
+            for member in gone:
+                if (copy := tenant_copy(member)) is not None:
+                    tx.zrem(copy, member)
+            await self._client(tx.execute())
         return len(gone)
 
 

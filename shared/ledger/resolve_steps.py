@@ -32,7 +32,7 @@ class ResolveSteps(LoopSteps):
         """The guards every resolution shares; the call leaves the inbox."""
         tx = Tx().expect(self.keys.call(call.run_id, call.call_id), "operation_id",
                          call.operation_id or "")
-        tx.zrem(self.keys.run_unresolved_calls(call.run_id), f"{call.run_id} {call.call_id}")
+        self.inbox_remove(tx, self.keys.unresolved_calls, call.run_id, call.call_id)
         return self.once(tx, call.run_id, decider.jti, call.call_id)
 
     def resolve_call(

@@ -33,7 +33,7 @@ from callgate.ledger.binding import Binding, bind
 from callgate.ledger.dispatch import Decided, dispatch
 from callgate.ledger.tx import Tx
 from callgate.providers.base import TurnRecord
-from callgate.records import CallOutcome, CallRecord, RunRecord
+from callgate.records import CallOutcome, CallRecord, RunRecord, error_result
 from callgate.states import RUN_TERMINAL, CallState, RunState
 
 UNRESOLVED_REASON = "outcome still unknown after every reconciliation check"
@@ -80,6 +80,8 @@ class LoopSteps(ApprovalSteps):
         partition = self.keys.partition(run.run_id)
         tx = Tx().expect_missing(key).hset(key, run.to_hash())
         tx.zadd(self.keys.runs_index(partition), {run.run_id: run.created_ms})
+        if (copy := self.tenant_copy(self.keys.runs_index, run.run_id)) is not None:
+            tx.zadd(copy, {run.run_id: run.created_ms})
         if run.deadline_ms is not None:
             tx.zadd(self.keys.deadlines(partition), {run.run_id: float(run.deadline_ms)})
         if history:
@@ -179,8 +181,17 @@ class LoopSteps(ApprovalSteps):
 
     async def end_run(self, run: RunRecord, status: RunState, reason: str) -> Tx:
         """Move a live run to ``status`` from the state it was read in (a dead letter, a
-        deadline); a concurrent change makes the step a no-op."""
+        deadline); a concurrent change makes the step a no-op.  Its calls still waiting for a
+        person end ``cancelled`` and their approvals are withdrawn: nothing lists as pending
+        an approval no run will ever use."""
         tx = self.run_transition(Tx(), run.run_id, run.status, status, fields={"reason": reason})
+        why = f"the run ended ({status.value}): {reason}"
+        ended = {"reason": why, "result": error_result("cancelled", why)}
+        for call in await self.turn_calls(run.run_id, run.turn):
+            if call.state == CallState.NEEDS_APPROVAL and call.approval_id is not None:
+                self.call_transition(tx, run.run_id, call.call_id, [call.state],
+                                     CallState.CANCELLED, fields=ended)
+                self.withdraw_approval(tx, run.run_id, call.approval_id, None, why)
         return await self.retention(tx, run.run_id, run.turn)
 
     # ---- a call ----------------------------------------------------------------------------
@@ -226,14 +237,26 @@ class LoopSteps(ApprovalSteps):
         return bind(tx, self.keys.call(run_id, call_id), facts.call, binding)
 
     def take_call(
-        self, run_id: str, call_id: str, facts: ExecFacts, attempt: int, consumer: str
+        self, run_id: str, call_id: str, facts: ExecFacts, attempt: int, consumer: str,
+        consume: str | None = None,
     ) -> tuple[Tx, Binding]:
         """``allowed|approved → executing`` (or re-take an orphan: attempt n → n+1), guarded
-        on the facts the executor will run it on."""
+        on the facts the executor will run it on.  With ``consume`` (an approval id) the
+        approval moves ``approved → consumed`` in the same step, so one approval sends one
+        call once; a re-take finds it already ``consumed`` by this very call."""
         tx = Tx()
         if facts.state == CallState.EXECUTING:
             tx.expect(self.keys.call(run_id, call_id), "attempts", str(facts.attempts))
         binding = self.bind_exec(tx, run_id, call_id, facts)
+        if consume is not None:
+            key = self.keys.approval(run_id, consume)
+            tx.expect(key, "call_id", call_id)
+            if facts.state == CallState.EXECUTING:
+                tx.expect(key, "state", "consumed")
+            else:
+                tx.expect(key, "state", "approved").hset(key, {"state": "consumed"})
+                self.event(tx, run_id, "approval.consumed", approval_id=consume,
+                           call_id=call_id, attempt=attempt)
         self.call_transition(tx, run_id, call_id, [facts.state], CallState.EXECUTING,
                              fields=_taken(attempt, consumer))
         return tx, binding
@@ -304,8 +327,7 @@ class LoopSteps(ApprovalSteps):
         pauses too and a person is notified.  Nothing is replayed."""
         tx = self.call_transition(Tx(), call.run_id, call.call_id, [CallState.RECONCILING],
                                   CallState.UNRESOLVED, fields={"reason": UNRESOLVED_REASON})
-        tx.zadd(self.keys.run_unresolved_calls(call.run_id),
-                {f"{call.run_id} {call.call_id}": now_ms()})
+        self.inbox_add(tx, self.keys.unresolved_calls, call.run_id, call.call_id, now_ms())
         if not pause:
             return tx
         operation = f"operation {call.operation_id}"

@@ -28,6 +28,7 @@ from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.decisions.desk import ApprovalDesk, DecisionKind
 from callgate.decisions.record import ApprovalRecord
+from callgate.ops import exits
 from callgate.records import CallRecord
 
 ARGUMENTS_SHOWN = 120
@@ -41,7 +42,7 @@ def person_signer(settings: Settings, person: str, key: Path | None = None) -> S
 
 
 def desk(client: CallgateClient) -> ApprovalDesk:
-    return ApprovalDesk(client.redis, client.keys, client.ledger)
+    return ApprovalDesk(client.redis, client.keys, client.ledger, client.settings.tenant)
 
 
 def describe(record: ApprovalRecord, now_ms: int | None = None) -> str:
@@ -152,7 +153,8 @@ def add_command(sub: Any) -> None:
     for name, text in (("approve", "approve a pending call"), ("deny", "deny a pending call")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("approval_id")
-        cmd.add_argument("--as", dest="approver", required=True, help="who decides (e.g. carol)")
+        cmd.add_argument("--as", dest="approver", required=True, type=exits.person_name,
+                         help="who decides (e.g. carol)")
         cmd.add_argument("--key", type=Path,
                          help="their private key (default: HOME/keys/<as>.pem, the local keyring)")
         cmd.add_argument("--reason", required=name == "deny", help="told to the model on deny")

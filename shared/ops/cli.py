@@ -7,6 +7,7 @@
     callgate up
     callgate demo travel|workshop [--api A] [--input TEXT] [--approve-as USER]
     callgate approvals | approve ID --as USER | deny ID --as USER --reason TEXT
+    callgate doctor                  # does the trust file load? does Redis answer?
 
 Machine-readable output (run ids, JSON) goes to stdout; progress and errors to stderr.  Every
 failure a person can fix ends as one ``callgate: …`` line and a code of the contract in
@@ -29,6 +30,7 @@ import orjson
 from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.ops import exits
+from callgate.ops.dev_cli import already_running, remove_state, state_file_of, write_state
 from callgate.ops.run_options import APIS, add_spec_options, spec_from_args, tools_problem
 from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.supervisor import prefix_sink
@@ -44,6 +46,8 @@ COMMAND_MODULES = (
     "callgate.ops.chaos.cli",
     "callgate.ops.bench.cli",
     "callgate.ops.dev_cli",
+    "callgate.ops.tenants_cli",
+    "callgate.ops.doctor_cli",
 )
 """Modules that bring their own subcommand: each defines ``add_command(subparsers)``, which
 adds a parser whose ``handler`` takes the parsed args and returns an exit code (or a coroutine
@@ -97,17 +101,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         grace_s=args.grace,
     )
     system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
+    state_file = state_file_of(system)
+    if already_running(state_file, progress_to_stderr):
+        return 1
     try:
         system.start()
+        # Like `dev`: other terminals find this deployment (and its Redis's password) here.
+        write_state(system, state_file)
+        progress_to_stderr(f"running; Ctrl-C stops; other terminals join it via {state_file}")
+        signum = wait_for_stop_signal()
+        progress_to_stderr(f"signal {signum}: stopping")
     except START_ERRORS as exc:
         system.explain(exc, progress_to_stderr)
         return 1
-    try:
-        progress_to_stderr("running; Ctrl-C stops")
-        signum = wait_for_stop_signal()
-        progress_to_stderr(f"signal {signum}: stopping")
     finally:
         system.stop()
+        remove_state(state_file)
     return 0
 
 
@@ -162,7 +171,8 @@ def _add_run(sub: Any) -> None:
 def _add_up_and_demo(sub: Any) -> None:
     from callgate.ops.demo import DEMOS
 
-    up = sub.add_parser("up", help="start every worker (and Redis if none answers)")
+    up = sub.add_parser("up", help="start every worker (and Redis if none answers: an "
+                        "embedded one with a generated password, in HOME/dev.json only)")
     up.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     up.add_argument("--tools", help="tool modules the workers register, comma-separated "
                     "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
@@ -172,7 +182,7 @@ def _add_up_and_demo(sub: Any) -> None:
     demo.add_argument("name", choices=sorted(DEMOS))
     demo.add_argument("--api", choices=APIS)
     demo.add_argument("--input", help="default: the demo's own question")
-    demo.add_argument("--approve-as", metavar="USER",
+    demo.add_argument("--approve-as", metavar="USER", type=exits.person_name,
                       help="workshop: approve as USER instead of asking in the terminal")
     demo.add_argument("--model", help="default: the scripted scenario, or a real model")
     demo.add_argument("--timeout", type=float, default=60.0, help="seconds the run may take")

@@ -122,15 +122,17 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def find_runs(
-    reads: Reads, partitions: int, since_ms: int, wanted: frozenset[RunState] | None, limit: int
+    reads: Reads, partitions: int, since_ms: int, wanted: frozenset[RunState] | None, limit: int,
+    tenant: str | None = None,
 ) -> list[RunRecord]:
-    """Up to ``limit`` runs created since ``since_ms`` in ``wanted`` states, newest first."""
+    """Up to ``limit`` runs created since ``since_ms`` in ``wanted`` states, newest first;
+    with ``tenant``, from that tenant's own index (all its login may read)."""
     found: list[RunRecord] = []
     for partition in range(partitions):
         mine: list[RunRecord] = []
         offset = 0
         while len(mine) < limit:
-            page = await reads.runs_since(partition, since_ms, offset, SCAN_PAGE)
+            page = await reads.runs_since(partition, since_ms, offset, SCAN_PAGE, tenant)
             if not page:
                 break
             offset += len(page)
@@ -143,7 +145,7 @@ async def find_runs(
 async def cmd_runs(args: argparse.Namespace) -> int:
     async def act(client: CallgateClient) -> int:
         runs = await find_runs(client.ledger, client.settings.partitions, args.since,
-                               args.status, args.limit)
+                               args.status, args.limit, client.settings.tenant)
         rows = [run_row(run) for run in runs]
         dump(rows) if args.json else show(runs_table(rows))
         return OK

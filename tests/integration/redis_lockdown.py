@@ -33,6 +33,9 @@ from callgate.ops.system import LocalSystem, SystemSpec
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "redis"
 USERS = ("workers", "submitters", "approvers", "slack")
+TENANTS = ("acme", "globex")
+"""The tenants the deployment renders users for (docker-compose.yml's CALLGATE_TENANTS)."""
+TENANT_USERS = tuple(f"{base}_{t}" for t in TENANTS for base in ("submitters", "approvers"))
 OPERATOR = "operator"
 PREFIX = "cg"
 """The key prefix users.acl is written for."""
@@ -53,9 +56,13 @@ def password_env(passwords: Mapping[str, str]) -> dict[str, str]:
     return {f"REDIS_{user.upper()}_PASSWORD": pw for user, pw in passwords.items()}
 
 
-def render_acl(passwords: Mapping[str, str], rules: Path = DEPLOY / "users.acl") -> str:
-    """``sh acl.sh rules`` with these passwords; raises CalledProcessError when it refuses."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **password_env(passwords)}
+def render_acl(
+    passwords: Mapping[str, str], rules: Path = DEPLOY / "users.acl", tenants: tuple[str, ...] = ()
+) -> str:
+    """``sh acl.sh rules`` with these passwords (and users for these tenants); raises
+    CalledProcessError when it refuses."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **password_env(passwords),
+           "CALLGATE_TENANTS": " ".join(tenants)}
     done = subprocess.run(
         ["sh", str(DEPLOY / "acl.sh"), str(rules)],
         env=env, capture_output=True, text=True, timeout=30, check=True,
@@ -97,13 +104,16 @@ def _text(value: object) -> str:
 
 
 @contextmanager
-def locked_redis(directory: Path, tls: RedisTls | None = None) -> Iterator[LockedRedis]:
-    """redis-server with the deployment's redis.conf and users (and TLS only, if given)."""
-    passwords = {user: secrets.token_hex(16) for user in (*USERS, OPERATOR)}
-    deployed = {user: passwords[user] for user in USERS}
+def locked_redis(
+    directory: Path, tls: RedisTls | None = None, rules: Path = DEPLOY / "users.acl"
+) -> Iterator[LockedRedis]:
+    """redis-server with the deployment's redis.conf and users, the tenant users of `TENANTS`
+    among them (and TLS only, if given)."""
+    passwords = {user: secrets.token_hex(16) for user in (*USERS, *TENANT_USERS, OPERATOR)}
+    deployed = {user: passwords[user] for user in (*USERS, *TENANT_USERS)}
     operator = f"user {OPERATOR} on >{passwords[OPERATOR]} ~* &* +@all\n"
     aclfile = directory / "users.acl"
-    aclfile.write_text(render_acl(deployed) + operator)
+    aclfile.write_text(render_acl(deployed, rules, TENANTS) + operator)
     aclfile.chmod(0o600)
     server = EmbeddedRedis(
         config_file=DEPLOY / "redis.conf",
