@@ -56,7 +56,8 @@ async def expire_approval(ctx: dict[str, Any], ref: dict[str, Any]) -> str:
 
 async def sweep_approvals(ctx: dict[str, Any]) -> int:
     """Periodic backstop for lost ``expire_approval`` jobs: expire every pending approval past
-    its time (the validator ignores one that was decided meanwhile); returns how many."""
+    its time (the validator ignores one that was decided meanwhile), and drop entries whose
+    approval no longer waits; returns how many expiries it posted."""
     rt: Runtime = ctx["runtime"]
     posted = 0
     for partition in range(rt.keys.partitions):
@@ -67,6 +68,8 @@ async def sweep_approvals(ctx: dict[str, Any]) -> int:
             run_id, _, approval_id = _text(raw).partition(" ")
             record = await rt.ledger.get_approval(run_id, approval_id)
             if record is None or record.state != "pending":
+                # Else it stays due and crowds live ones out of every batch after this one.
+                await rt.ledger.apply(rt.ledger.forget_stale_pending(run_id, approval_id))
                 continue
             ref = {"run_id": run_id, "turn": record.turn, "call_id": record.call_id,
                    "approval_id": approval_id}

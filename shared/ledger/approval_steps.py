@@ -121,6 +121,12 @@ class ApprovalSteps(Reads):
         tx.expect(key, "state", "pending").hset(key, fields)
         return self.inbox_remove(tx, self.keys.pending_approvals, run_id, approval_id)
 
+    def forget_stale_pending(self, run_id: str, approval_id: str) -> Tx:
+        """Drop an inbox entry whose approval no longer waits: its record expired with its run,
+        or was decided by a step older than the index.  Unguarded, as both are for good (a
+        record is made in the step that adds its entry, and decided states are final)."""
+        return self.inbox_remove(Tx(), self.keys.pending_approvals, run_id, approval_id)
+
     def once(self, tx: Tx, run_id: str, jti: str, what: str) -> Tx:
         """Guard on a person's decision (by its token id) never applied before, and mark it."""
         seen = self.keys.decisions_seen(run_id)

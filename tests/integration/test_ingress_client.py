@@ -172,6 +172,27 @@ async def test_approval_sweep_expires_only_pending_approvals_past_their_time(
     assert (expired.approval_id, expired.call_id, expired.turn) == ("apr-late", "c-apr-late", 1)
 
 
+async def test_approval_sweep_drops_entries_whose_approval_no_longer_waits(
+    runtime: Runtime, redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries whose record expired with its run (or was decided) leave the pending index, so
+    they cannot fill every batch and keep a live approval past its time from being expired."""
+    monkeypatch.setattr("callgate.sweeps.SWEEP_BATCH", 2)
+    now, keys = int(time.time() * 1000), runtime.keys
+    index = keys.run_pending_approvals("r-gone")
+    await redis.zadd(index, {"r-gone apr-1": now - 3000, "r-gone apr-2": now - 2000})
+    record = ApprovalRecord(
+        approval_id="apr-due", run_id="r-gone", turn=1, call_id="c-due", tool="reserve_seat",
+        tool_version="1", args_hash="h", arguments="{}", requested_by="alice",
+        approver_role="events-lead", expires_ms=now - 1000,
+    )
+    await redis.hset(keys.approval("r-gone", "apr-due"), mapping=record.to_hash())  # type: ignore[misc]
+    await redis.zadd(index, {"r-gone apr-due": now - 1000})
+    assert await sweep_approvals({"runtime": runtime}) == 0  # two stale entries fill the batch
+    assert await redis.zrange(index, 0, -1) == [b"r-gone apr-due"]
+    assert await sweep_approvals({"runtime": runtime}) == 1  # the live one is reached next
+
+
 def test_module_entry_point_runs_queued_jobs(
     settings: Settings, subprocess_env: dict[str, str]
 ) -> None:
