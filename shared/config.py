@@ -54,6 +54,13 @@ class Settings(BaseSettings):
         "run or a message says is ever imported.",
     )
 
+    mcp_servers: Annotated[tuple[dict[str, Any], ...], NoDecode] = Field(
+        default=(),
+        description="The deployment's MCP servers, a JSON list of {name, url | command, trusted, "
+        "prefix, lookups, timeout_s}: their tools join the registry at worker start "
+        "(README: Tools from MCP servers).  A run selects their tools by name, never a server.",
+    )
+
     # How the hot path moves facts and commands (both documented in README "Performance").
     carry: bool = Field(
         default=True,
@@ -196,6 +203,14 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return tuple(orjson.loads(text))
             return tuple(part.strip() for part in text.split(",") if part.strip())
+        return value
+
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _json_list(cls, value: Any) -> Any:
+        if isinstance(value, str | bytes):
+            return tuple(orjson.loads(value)) if value.strip() else ()
         return value
 
 

@@ -26,7 +26,7 @@ from callgate.config import Settings
 from callgate.jobs import job_deserializer, job_serializer, redis_settings
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, backoff_s
-from callgate.streams.service import Runtime, build_runtime
+from callgate.streams.service import Runtime, build_runtime, open_tool_sources
 
 log = logging.getLogger("callgate.arq")
 
@@ -51,7 +51,9 @@ def create_worker(
     """The arq worker for ``queue``: its own runtime in each job's ``ctx["runtime"]``."""
 
     async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx["runtime"] = build_runtime(service, settings)
+        runtime = build_runtime(service, settings)
+        await open_tool_sources(runtime)
+        ctx["runtime"] = runtime
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
         runtime: Runtime | None = ctx.pop("runtime", None)

@@ -37,6 +37,8 @@ from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
+from callgate.tools.mcp_servers import parse_servers
+from callgate.tools.mcp_source import open_mcp_tools
 from callgate.tools.registry import RegistryError, ToolRegistry, load_registry
 
 log = logging.getLogger("callgate.service")
@@ -85,6 +87,22 @@ class Runtime:
 def consumer_name(service: str, pid: int | None = None) -> str:
     """The consumer a worker process reads as (``pid``: another process's, e.g. a killed one)."""
     return f"{service}-{socket.gethostname()}-{os.getpid() if pid is None else pid}"
+
+
+async def open_tool_sources(runtime: Runtime) -> None:
+    """Add the deployment's MCP servers' tools to ``runtime.registry`` (one session per
+    server for this process, closed with the runtime).  Nothing to do without servers."""
+    if not runtime.settings.mcp_servers:
+        return
+    try:
+        servers = parse_servers(runtime.settings.mcp_servers)
+    except ValueError as exc:
+        raise RegistryError(str(exc)) from exc
+    opened = await open_mcp_tools(servers, runtime.settings.tool_timeout_s)
+    runtime.closers.append(opened.close)
+    runtime.registry = runtime.registry.with_tools(opened.tools)
+    log.info("mcp tools registered", extra=log_fields(
+        service=runtime.name, tools=[tool.name for tool, _ in opened.tools]))
 
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
@@ -159,6 +177,7 @@ def _bound_calls(envelope: EnvelopeBase) -> tuple[str, ...]:
 
 async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
     """Run the service's stream loop until stopped (or drained, in burst mode)."""
+    await open_tool_sources(runtime)
     handler = await spec.make_handler(runtime)
     accepts = {
         stream: CARRIED_ON[kind] for kind in spec.stream_kinds

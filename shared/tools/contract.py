@@ -189,6 +189,9 @@ class Tool(Generic[A]):
     timeout_s: float = DEFAULT_TIMEOUT_S
     sensitive_fields: frozenset[str] = frozenset()
     """Argument/result field names never written to logs or events."""
+    origin: str = "local"
+    """Where the tool and its effect come from: ``local``, or an MCP server's tool with the
+    effect it was given and why (annotation, default, untrusted server)."""
     _schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     _spec: ToolSpec = field(init=False, repr=False, compare=False)
 

@@ -4,8 +4,8 @@ Authority comes from the deployment (README: Security): the modules listed in
 ``CALLGATE_TOOL_MODULES`` (``callgate up --tools m1,m2``) are imported once, when a worker
 starts, and their ``TOOLS`` list (and optional ``ACCEPTANCE`` mapping of name → validator) is
 all a run can ever use.  A run spec or a stream message only *selects* among these by name;
-nothing they say is ever imported.  Other sources (an MCP server registered by the
-deployment, later) feed the same registry through `add`.
+nothing they say is ever imported.  The deployment's MCP servers (``CALLGATE_MCP_SERVERS``) feed
+the same tools by name: `with_tools` adds theirs when the worker has connected at start.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ class ToolRegistry:
             )
         self._tools[tool.name] = tool
         self._sources[tool.name] = source
+
+    def with_tools(self, tools: Iterable[tuple[Tool[Any], str]]) -> ToolRegistry:
+        """A new registry of these tools and validators plus ``tools`` (each with its source);
+        this one, perhaps shared by the process, is left as it was."""
+        extended = ToolRegistry()
+        for tool in self:
+            extended.add(tool, source=self._sources[tool.name])
+        extended.validators = dict(self.validators)
+        for tool, source in tools:
+            extended.add(tool, source=source)
+        return extended
 
     def add_validator(self, name: str, validator: AcceptanceValidator, *, source: str) -> None:
         if not callable(validator) or name in self.validators:

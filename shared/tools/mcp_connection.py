@@ -1,0 +1,134 @@
+"""One MCP server's session in one worker process, opened at start and re-opened when broken.
+
+The `mcp` SDK's `Client` is an async context whose transport runs in anyio task groups, which
+must be left by the task that entered them; so each connection lives in a holder task that
+enters the client, reports it ready and waits to be told to close.  Calls come from any task.
+
+Broken sessions: a server that restarted (a Streamable HTTP session id it no longer knows) or
+died (a stdio child gone) makes the next call fail.  A connection known broken before a call
+(its holder ended) is re-opened first, which is safe for any effect: nothing was sent.  A call
+that fails in flight is retried once on a fresh connection only when ``retry`` allows (reads);
+for a write the error goes up, because the request may have been applied — the executor makes
+that ``unknown`` and the reconciler asks.  A server that cannot be reached at all is a
+`ToolError` (``unavailable``): nothing was sent, the model is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import mcp_types
+from mcp import Client, StdioServerParameters
+
+from callgate.errors import ToolError
+from callgate.logs import log_fields
+from callgate.tools.mcp_servers import McpServer
+
+__all__ = ["McpConnection"]
+
+log = logging.getLogger("callgate.mcp")
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long opening a session (process start or HTTP handshake) may take."""
+CLOSE_TIMEOUT_S = 2.0
+
+
+class McpConnection:
+    """The session with ``server`` this process uses for every call of its tools."""
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self._client: Client | None = None
+        self._holder: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Open the session (raises what the SDK raised when the server cannot be reached)."""
+        self._closing = asyncio.Event()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._holder = asyncio.create_task(self._hold(ready, self._closing),
+                                           name=f"mcp-{self.server.name}")
+        await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_S)
+
+    async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
+        try:
+            async with Client(self._target()) as client:
+                self._client = client
+                ready.set_result(None)
+                await closing.wait()
+        except BaseException as exc:  # reported to the opener or logged
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
+            else:
+                log.info("mcp session ended", extra=log_fields(
+                    server=self.server.name, reason=type(exc).__name__))
+        finally:
+            self._client = None
+
+    def _target(self) -> str | StdioServerParameters:
+        if self.server.url is not None:
+            return self.server.url
+        command = self.server.command or ("",)
+        return StdioServerParameters(command=command[0], args=list(command[1:]))
+
+    async def close(self) -> None:
+        """End the session; safe to call twice."""
+        holder, self._holder = self._holder, None
+        self._closing.set()
+        if holder is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(holder, CLOSE_TIMEOUT_S)
+
+    async def _session(self, *, fresh: bool = False) -> Client:
+        """A live client: re-opened when ``fresh`` or its holder ended; `ToolError` if the
+        server cannot be reached."""
+        async with self._lock:
+            alive = self._holder is not None and not self._holder.done()
+            if fresh or not alive or self._client is None:
+                await self.close()
+                try:
+                    await self.open()
+                except Exception as exc:
+                    await self.close()
+                    raise ToolError(f"MCP server {self.server.name!r} is unavailable "
+                                    f"({type(exc).__name__})", code="unavailable") from exc
+            assert self._client is not None
+            return self._client
+
+    async def list_tools(self) -> list[mcp_types.Tool]:
+        """Every tool the server lists (all pages)."""
+        client = await self._session()
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, *, retry: bool
+    ) -> mcp_types.CallToolResult:
+        """``tools/call``; a read (``retry``) that finds the session broken is sent once more
+        on a fresh one."""
+        client = await self._session()
+        try:
+            return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+        except Exception as exc:
+            if not retry:
+                self._mark_broken(client)
+                raise
+            log.info("mcp call failed; reconnecting once", extra=log_fields(
+                server=self.server.name, tool=name, reason=type(exc).__name__))
+        client = await self._session(fresh=True)
+        return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+
+    def _mark_broken(self, client: Client) -> None:
+        """The next call re-opens the session (this one's state is no longer known)."""
+        if self._client is client:
+            self._closing.set()
