@@ -140,16 +140,16 @@ def tools_problem(selected: list[str] | None, settings: Settings) -> str | None:
     """Why every tool call of this run would be refused, if it would; else None.
 
     A name with a dot is a module, which the deployment registers and a run never names.  The
-    registry itself is known here only when CALLGATE_TOOL_MODULES is set (and imports): the
-    workers may have been started with other modules than this terminal can see.
+    registry itself is known here only when CALLGATE_TOOL_MODULES is set (and imports) and no
+    MCP servers are: the workers may have been started with other tools than this terminal sees.
     """
     modules = [name for name in selected or () if "." in name or "/" in name]
     if modules:
         return (f"--tools takes tool names, not modules: {', '.join(modules)} — the deployment "
                 "registers modules (CALLGATE_TOOL_MODULES, `callgate up --tools`) and a run "
                 "selects their tools by name")
-    if "tool_modules" not in settings.model_fields_set:
-        return None
+    if "tool_modules" not in settings.model_fields_set or settings.mcp_servers:
+        return None  # MCP servers' tools are known only to the workers connected to them
     try:
         registry = load_registry(settings.tool_modules)
     except RegistryError:

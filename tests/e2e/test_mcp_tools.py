@@ -1,0 +1,182 @@
+"""Tools from MCP servers, end to end: real worker processes, real Redis, the scripted model, and
+two real MCP servers built with the `mcp` SDK (tests/mcp/server.py) in their own processes — one
+over Streamable HTTP (trusted, with a lookup for its destructive tool), one over stdio
+(untrusted, started by each worker).  What the servers did is read from their own record."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callgate.client import CallgateClient
+from callgate.ops.embedded_redis import EmbeddedRedis, free_port
+from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.records import Effect, Event
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = ROOT / "tests" / "mcp" / "server.py"
+SCENARIOS = ROOT / "tests" / "mcp" / "scenarios"
+API = "openai-responses"
+
+
+class McpHttpServer:
+    """The Streamable HTTP server as a child process, stoppable and restartable on its port."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(SERVER), str(self.state), "http", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError("the MCP server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def events(self) -> list[dict[str, Any]]:
+        path = self.state / "events.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class Deployment:
+    def __init__(self, system: LocalSystem, shop: McpHttpServer, stdio_state: Path) -> None:
+        self.system = system
+        self.shop = shop
+        self.stdio_state = stdio_state
+
+    async def run(self, scenario: str, tools: list[str]) -> tuple[dict[str, Any], CallgateClient]:
+        spec = {"api": API, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
+                "allowed_tools": tools, "max_turns": 4}
+        async with CallgateClient(self.system.settings) as client:
+            run_id = await client.submit(spec)
+            await client.wait(run_id, 30)
+            return await client.view(run_id), client
+
+    async def call_and_events(self, view: dict[str, Any]) -> tuple[Any, list[Event]]:
+        [call] = view["calls"]
+        async with CallgateClient(self.system.settings) as client:
+            record = await client.ledger.get_call(view["run_id"], call["call_id"])
+            return record, await client.events(view["run_id"])
+
+
+@pytest.fixture(scope="module")
+def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[Deployment]:
+    shop_state, stdio_state = tmp_path_factory.mktemp("shop"), tmp_path_factory.mktemp("local")
+    shop = McpHttpServer(shop_state)
+    shop.start()
+    servers = [
+        {"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
+         "lookups": {"cancel_order": "find_cancellation"}},
+        {"name": "local", "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
+         "trusted": False, "prefix": "local__"},
+    ]
+    spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
+                      tool_modules=(), scenarios=(SCENARIOS,), grace_s=3.0,
+                      env={"CALLGATE_MCP_SERVERS": json.dumps(servers),
+                           "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]"})
+    try:
+        with LocalSystem(spec) as system:
+            yield Deployment(system, shop, stdio_state)
+    finally:
+        shop.stop()
+
+
+def _states(events: list[Event], call_id: str) -> list[Any]:
+    return [e.data["to"] for e in events
+            if e.type == "call.transition" and e.data.get("call_id") == call_id]
+
+
+async def test_two_reads_run_in_parallel(deployment: Deployment) -> None:
+    view, _ = await deployment.run("mcp-reads", ["shop__forecast"])
+    assert view["status"] == "completed", view
+    assert [c["result"]["payload"] for c in view["calls"]] == [
+        {"city": "Paris", "sky": "clear"}, {"city": "Rome", "sky": "clear"}]
+    marks = [e for e in deployment.shop.events() if e.get("tool") == "forecast"
+             and e["city"] in ("Paris", "Rome")]
+    starts = [e["t"] for e in marks if e["event"] == "start"]
+    ends = [e["t"] for e in marks if e["event"] == "end"]
+    assert len(starts) == len(ends) == 2
+    assert max(starts) < min(ends)  # the second began before the first ended
+
+
+async def test_an_unannotated_tool_is_a_write(deployment: Deployment) -> None:
+    view, _ = await deployment.run("mcp-note", ["shop__note"])
+    assert view["status"] == "completed", view
+    record, events = await deployment.call_and_events(view)
+    assert record.effect is Effect.WRITE and record.operation_id
+    assert view["calls"][0]["result"]["payload"] == {"noted": "restock tea"}
+
+
+async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Deployment) -> None:
+    view, _ = await deployment.run("mcp-status", ["shop__set_status"])
+    assert view["status"] == "completed", view
+    record, _ = await deployment.call_and_events(view)
+    assert record.effect is Effect.IDEMPOTENT_WRITE
+    assert view["calls"][0]["result"]["payload"] == {"status": "open",
+                                                     "operation_id": record.operation_id}
+
+
+async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
+    deployment: Deployment,
+) -> None:
+    view, _ = await deployment.run("mcp-cancel", ["shop__cancel_order"])
+    assert view["status"] == "completed", view
+    record, events = await deployment.call_and_events(view)
+    assert record.effect is Effect.WRITE
+    assert _states(events, record.call_id) == ["allowed", "executing", "unknown", "reconciling",
+                                               "succeeded"]
+    assert view["calls"][0]["result"]["payload"] == {"cancelled": "slow"}
+    mine = [e for e in deployment.shop.events() if e.get("operation_id") == record.operation_id]
+    assert [e["event"] for e in mine if e.get("tool") == "cancel_order"] == ["commit"]
+    assert any(e["event"] == "lookup" and e["found"] for e in mine)
+
+
+async def test_an_untrusted_servers_read_only_hint_is_not_believed(
+    deployment: Deployment,
+) -> None:
+    view, _ = await deployment.run("mcp-untrusted", ["local__forecast"])
+    assert view["status"] == "completed", view
+    record, _ = await deployment.call_and_events(view)
+    assert record.effect is Effect.WRITE  # readOnlyHint: true, but the server is not trusted
+    assert view["calls"][0]["result"]["payload"] == {"city": "Oslo", "sky": "clear"}
+
+
+async def test_a_server_down_is_a_tool_error_and_its_restart_is_reconnected(
+    deployment: Deployment,
+) -> None:
+    deployment.shop.stop()
+    try:
+        view, _ = await deployment.run("mcp-one-read", ["shop__forecast"])
+        assert view["status"] == "completed", view  # the model was told, the run went on
+        [call] = view["calls"]
+        assert call["state"] == "failed"
+        assert call["result"]["error"]["code"] == "unavailable"
+    finally:
+        deployment.shop.start()
+    view, _ = await deployment.run("mcp-one-read", ["shop__forecast"])
+    assert view["status"] == "completed", view
+    assert view["calls"][0]["result"]["payload"] == {"city": "Lima", "sky": "clear"}

@@ -1,0 +1,101 @@
+"""A real MCP server for the tests, built with the `mcp` SDK's `MCPServer`, run as its own process.
+
+    python tests/mcp/server.py STATE_DIR stdio
+    python tests/mcp/server.py STATE_DIR http PORT
+
+Its tools: ``forecast`` (read-only, sleeps so that two calls can be seen to overlap),
+``set_status`` (idempotent; echoes the operation id it got in ``_meta``), ``note`` (no
+annotations), ``cancel_order`` (destructive; commits, then for order ``"slow"`` sleeps past the
+caller's timeout so the answer is lost) and ``find_cancellation`` (the lookup: did operation X
+commit?).  Every start, end and commit is a line in ``STATE_DIR/events.jsonl`` — the server's own
+record, shared by every process started with the same directory (a stdio server runs once per
+worker process)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ToolAnnotations
+
+OPERATION_KEY = "callgate/operation_id"
+STATE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
+server = MCPServer("callgate-test-shop")
+
+
+def record(event: str, **data: Any) -> None:
+    line = json.dumps({"event": event, "t": time.time(), **data})
+    with (STATE / "events.jsonl").open("a") as out:
+        out.write(line + "\n")
+
+
+def events() -> list[dict[str, Any]]:
+    path = STATE / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def operation_of(ctx: Context) -> str | None:
+    """The operation id the caller put in the request's ``_meta``."""
+    meta: Any = ctx.request_context.meta
+    if meta is not None and not isinstance(meta, dict):
+        meta = meta.model_dump(by_alias=True)
+    value = (meta or {}).get(OPERATION_KEY)
+    return value if isinstance(value, str) else None
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def forecast(city: str) -> dict[str, Any]:
+    """Tomorrow's sky over a city."""
+    record("start", tool="forecast", city=city)
+    await anyio.sleep(0.4)
+    record("end", tool="forecast", city=city)
+    return {"city": city, "sky": "clear"}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True,
+                                         destructive_hint=False))
+async def set_status(text: str, ctx: Context) -> dict[str, Any]:
+    """Set the shop's status line (the same operation twice sets it once)."""
+    operation_id = operation_of(ctx)
+    record("commit", tool="set_status", operation_id=operation_id, text=text)
+    return {"status": text, "operation_id": operation_id}
+
+
+@server.tool()
+async def note(text: str) -> dict[str, Any]:
+    """Keep a note."""
+    record("commit", tool="note", text=text)
+    return {"noted": text}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+async def cancel_order(order: str, ctx: Context) -> dict[str, Any]:
+    """Cancel an order for good."""
+    operation_id = operation_of(ctx)
+    record("commit", tool="cancel_order", operation_id=operation_id, order=order)
+    if order == "slow":
+        await anyio.sleep(30)  # committed; the caller gives up before the answer comes
+    return {"cancelled": order}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def find_cancellation(operation_id: str) -> dict[str, Any]:
+    """Whether the cancellation with this operation id was committed, and what it did."""
+    for event in events():
+        if event.get("tool") == "cancel_order" and event.get("operation_id") == operation_id:
+            record("lookup", operation_id=operation_id, found=True)
+            return {"applied": True, "result": {"cancelled": event["order"]}}
+    record("lookup", operation_id=operation_id, found=False)
+    return {"applied": False}
+
+
+if __name__ == "__main__":
+    if sys.argv[2] == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
