@@ -53,7 +53,11 @@ def args_model_from_schema(tool_name: str, schema: dict[str, Any]) -> type[BaseM
             fields[name] = (annotation, Field(..., **limits))
         else:
             fields[name] = (annotation | None, Field(copy.deepcopy(sub.get("default")), **limits))
-    model = create_model(f"Mcp_{tool_name}_Args", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        model = create_model(f"Mcp_{tool_name}_Args", __config__=ConfigDict(extra="forbid"),
+                             **fields)
+    except (TypeError, ValueError) as exc:  # e.g. a limit that does not fit its type
+        raise SchemaError(f"{tool_name}: {exc}") from exc
     shown = _shown(schema)
 
     def model_json_schema(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -63,10 +67,16 @@ def args_model_from_schema(tool_name: str, schema: dict[str, Any]) -> type[BaseM
     return model
 
 
-def _annotation(tool_name: str, name: str, sub: Any) -> Any:
+_NESTED = frozenset({"type", "title", "description", "enum", "anyOf", "items", "format"})
+"""What an array's items or an 'X or null' option may say: their limits would be dropped."""
+
+
+def _annotation(tool_name: str, name: str, sub: Any, *, nested: bool = False) -> Any:
     where = f"{tool_name}.{name}"
     if not isinstance(sub, dict):
         raise SchemaError(f"{where}: schema must be an object")
+    if nested and set(sub) - _NESTED:
+        raise SchemaError(f"{where}: limits inside items or unions are not supported")
     if "enum" in sub:
         values = sub["enum"]
         if not values or not all(isinstance(v, str | int | bool) for v in values):
@@ -76,13 +86,15 @@ def _annotation(tool_name: str, name: str, sub: Any) -> Any:
         options = [o for o in sub["anyOf"] if o != {"type": "null"}]
         if len(options) != 1 or len(sub["anyOf"]) != 2:
             raise SchemaError(f"{where}: only 'X or null' unions are supported")
-        return _annotation(tool_name, name, options[0]) | None
+        return _annotation(tool_name, name, options[0], nested=True) | None
     kind = sub.get("type")
-    if kind in _SCALARS:
+    if isinstance(kind, str) and kind in _SCALARS:
         return _SCALARS[kind]
     if kind == "array":
         items = sub.get("items")
-        return list[Any] if items is None else list[_annotation(tool_name, name, items)]  # type: ignore[misc]
+        if items is None:
+            return list[Any]
+        return list[_annotation(tool_name, name, items, nested=True)]  # type: ignore[misc]
     if kind == "object" and not sub.get("properties"):
         return dict[str, Any]
     raise SchemaError(f"{where}: type {kind!r} is not supported")

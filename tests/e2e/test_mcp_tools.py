@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ROOT / "tests" / "mcp" / "server.py"
 SCENARIOS = ROOT / "tests" / "mcp" / "scenarios"
-API = "openai-responses"
+APIS = ("openai-responses", "openai-chat", "anthropic-messages")
+API = APIS[0]
 
 
 class McpHttpServer:
@@ -57,8 +58,13 @@ class McpHttpServer:
             self.process = None
 
     def events(self) -> list[dict[str, Any]]:
-        path = self.state / "events.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()]
+        return _events(self.state)
+
+
+def _events(state: Path) -> list[dict[str, Any]]:
+    """What an MCP server recorded doing (every process started on ``state``)."""
+    path = state / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 class Deployment:
@@ -67,8 +73,9 @@ class Deployment:
         self.shop = shop
         self.stdio_state = stdio_state
 
-    async def run(self, scenario: str, tools: list[str]) -> tuple[dict[str, Any], CallgateClient]:
-        spec = {"api": API, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
+    async def run(self, scenario: str, tools: list[str], api: str = API
+                  ) -> tuple[dict[str, Any], CallgateClient]:
+        spec = {"api": api, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
                 "allowed_tools": tools, "max_turns": 4}
         async with CallgateClient(self.system.settings) as client:
             run_id = await client.submit(spec)
@@ -92,7 +99,7 @@ def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFac
         {"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
          "lookups": {"cancel_order": "find_cancellation"}},
         {"name": "local", "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
-         "trusted": False, "prefix": "local__"},
+         "trusted": False, "prefix": "local__", "timeout_s": 1.5},
     ]
     spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
                       tool_modules=(), scenarios=(SCENARIOS,), grace_s=3.0,
@@ -110,13 +117,14 @@ def _states(events: list[Event], call_id: str) -> list[Any]:
             if e.type == "call.transition" and e.data.get("call_id") == call_id]
 
 
-async def test_two_reads_run_in_parallel(deployment: Deployment) -> None:
-    view, _ = await deployment.run("mcp-reads", ["shop__forecast"])
+@pytest.mark.parametrize("api", APIS)
+async def test_two_reads_run_in_parallel(deployment: Deployment, api: str) -> None:
+    view, _ = await deployment.run(f"mcp-reads-{api}", ["shop__forecast"], api)
     assert view["status"] == "completed", view
     assert [c["result"]["payload"] for c in view["calls"]] == [
-        {"city": "Paris", "sky": "clear"}, {"city": "Rome", "sky": "clear"}]
+        {"city": f"Paris {api}", "sky": "clear"}, {"city": f"Rome {api}", "sky": "clear"}]
     marks = [e for e in deployment.shop.events() if e.get("tool") == "forecast"
-             and e["city"] in ("Paris", "Rome")]
+             and e["city"] in (f"Paris {api}", f"Rome {api}")]
     starts = [e["t"] for e in marks if e["event"] == "start"]
     ends = [e["t"] for e in marks if e["event"] == "end"]
     assert len(starts) == len(ends) == 2
@@ -126,7 +134,7 @@ async def test_two_reads_run_in_parallel(deployment: Deployment) -> None:
 async def test_an_unannotated_tool_is_a_write(deployment: Deployment) -> None:
     view, _ = await deployment.run("mcp-note", ["shop__note"])
     assert view["status"] == "completed", view
-    record, events = await deployment.call_and_events(view)
+    record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE and record.operation_id
     assert view["calls"][0]["result"]["payload"] == {"noted": "restock tea"}
 
@@ -140,10 +148,11 @@ async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Depl
                                                      "operation_id": record.operation_id}
 
 
+@pytest.mark.parametrize("api", APIS)
 async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
-    deployment: Deployment,
+    deployment: Deployment, api: str
 ) -> None:
-    view, _ = await deployment.run("mcp-cancel", ["shop__cancel_order"])
+    view, _ = await deployment.run("mcp-cancel", ["shop__cancel_order"], api)
     assert view["status"] == "completed", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
@@ -153,6 +162,20 @@ async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
     mine = [e for e in deployment.shop.events() if e.get("operation_id") == record.operation_id]
     assert [e["event"] for e in mine if e.get("tool") == "cancel_order"] == ["commit"]
     assert any(e["event"] == "lookup" and e["found"] for e in mine)
+
+
+async def test_a_lost_answer_without_a_lookup_waits_for_a_person(
+    deployment: Deployment,
+) -> None:
+    view, _ = await deployment.run("mcp-cancel-unlooked", ["local__cancel_order"])
+    assert view["status"] == "paused_unknown_outcome", view
+    record, events = await deployment.call_and_events(view)
+    assert record.effect is Effect.WRITE
+    assert _states(events, record.call_id) == ["allowed", "executing", "unknown", "reconciling",
+                                               "unresolved"]
+    commits = [e for e in _events(deployment.stdio_state)
+               if e.get("operation_id") == record.operation_id]
+    assert [e["event"] for e in commits] == ["commit"]  # sent once, never again
 
 
 async def test_an_untrusted_servers_read_only_hint_is_not_believed(
