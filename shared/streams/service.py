@@ -102,7 +102,7 @@ async def open_tool_sources(runtime: Runtime) -> None:
     runtime.closers.append(opened.close)
     runtime.registry = runtime.registry.with_tools(opened.tools)
     log.info("mcp tools registered", extra=log_fields(
-        service=runtime.name, tools=[tool.name for tool, _ in opened.tools]))
+        service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
 
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:

@@ -14,6 +14,7 @@ worker process)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,12 @@ async def find_cancellation(operation_id: str) -> dict[str, Any]:
             return {"applied": True, "result": {"cancelled": event["order"]}}
     record("lookup", operation_id=operation_id, found=False)
     return {"applied": False}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def whoami() -> dict[str, Any]:
+    """The server process's id (a test kills it to see the session re-opened)."""
+    return {"pid": os.getpid()}
 
 
 if __name__ == "__main__":
