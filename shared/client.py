@@ -76,6 +76,7 @@ def call_view(call: CallRecord) -> dict[str, Any]:
         "index": call.index,
         "provider_call_id": call.provider_call_id,
         "tool": call.tool,
+        "effect": None if call.effect is None else call.effect.value,
         "arguments": call.arguments,
         "state": call.state.value,
         "decision": call.decision,

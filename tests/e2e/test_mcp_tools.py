@@ -73,14 +73,13 @@ class Deployment:
         self.shop = shop
         self.stdio_state = stdio_state
 
-    async def run(self, scenario: str, tools: list[str], api: str = API
-                  ) -> tuple[dict[str, Any], CallgateClient]:
+    async def run(self, scenario: str, tools: list[str], api: str = API) -> dict[str, Any]:
         spec = {"api": api, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
                 "allowed_tools": tools, "max_turns": 4}
         async with CallgateClient(self.system.settings) as client:
             run_id = await client.submit(spec)
             await client.wait(run_id, 30)
-            return await client.view(run_id), client
+            return await client.view(run_id)
 
     async def call_and_events(self, view: dict[str, Any]) -> tuple[Any, list[Event]]:
         [call] = view["calls"]
@@ -119,7 +118,7 @@ def _states(events: list[Event], call_id: str) -> list[Any]:
 
 @pytest.mark.parametrize("api", APIS)
 async def test_two_reads_run_in_parallel(deployment: Deployment, api: str) -> None:
-    view, _ = await deployment.run(f"mcp-reads-{api}", ["shop__forecast"], api)
+    view = await deployment.run(f"mcp-reads-{api}", ["shop__forecast"], api)
     assert view["status"] == "completed", view
     assert [c["result"]["payload"] for c in view["calls"]] == [
         {"city": f"Paris {api}", "sky": "clear"}, {"city": f"Rome {api}", "sky": "clear"}]
@@ -132,7 +131,7 @@ async def test_two_reads_run_in_parallel(deployment: Deployment, api: str) -> No
 
 
 async def test_an_unannotated_tool_is_a_write(deployment: Deployment) -> None:
-    view, _ = await deployment.run("mcp-note", ["shop__note"])
+    view = await deployment.run("mcp-note", ["shop__note"])
     assert view["status"] == "completed", view
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE and record.operation_id
@@ -140,7 +139,7 @@ async def test_an_unannotated_tool_is_a_write(deployment: Deployment) -> None:
 
 
 async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Deployment) -> None:
-    view, _ = await deployment.run("mcp-status", ["shop__set_status"])
+    view = await deployment.run("mcp-status", ["shop__set_status"])
     assert view["status"] == "completed", view
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.IDEMPOTENT_WRITE
@@ -152,7 +151,7 @@ async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Depl
 async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
     deployment: Deployment, api: str
 ) -> None:
-    view, _ = await deployment.run("mcp-cancel", ["shop__cancel_order"], api)
+    view = await deployment.run("mcp-cancel", ["shop__cancel_order"], api)
     assert view["status"] == "completed", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
@@ -167,7 +166,7 @@ async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
 async def test_a_lost_answer_without_a_lookup_waits_for_a_person(
     deployment: Deployment,
 ) -> None:
-    view, _ = await deployment.run("mcp-cancel-unlooked", ["local__cancel_order"])
+    view = await deployment.run("mcp-cancel-unlooked", ["local__cancel_order"])
     assert view["status"] == "paused_unknown_outcome", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
@@ -181,10 +180,11 @@ async def test_a_lost_answer_without_a_lookup_waits_for_a_person(
 async def test_an_untrusted_servers_read_only_hint_is_not_believed(
     deployment: Deployment,
 ) -> None:
-    view, _ = await deployment.run("mcp-untrusted", ["local__forecast"])
+    view = await deployment.run("mcp-untrusted", ["local__forecast"])
     assert view["status"] == "completed", view
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE  # readOnlyHint: true, but the server is not trusted
+    assert view["calls"][0]["effect"] == "write"  # as `callgate view --json` shows it
     assert view["calls"][0]["result"]["payload"] == {"city": "Oslo", "sky": "clear"}
 
 
@@ -193,13 +193,13 @@ async def test_a_server_down_is_a_tool_error_and_its_restart_is_reconnected(
 ) -> None:
     deployment.shop.stop()
     try:
-        view, _ = await deployment.run("mcp-one-read", ["shop__forecast"])
+        view = await deployment.run("mcp-one-read", ["shop__forecast"])
         assert view["status"] == "completed", view  # the model was told, the run went on
         [call] = view["calls"]
         assert call["state"] == "failed"
         assert call["result"]["error"]["code"] == "unavailable"
     finally:
         deployment.shop.start()
-    view, _ = await deployment.run("mcp-one-read", ["shop__forecast"])
+    view = await deployment.run("mcp-one-read", ["shop__forecast"])
     assert view["status"] == "completed", view
     assert view["calls"][0]["result"]["payload"] == {"city": "Lima", "sky": "clear"}
