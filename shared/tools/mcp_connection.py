@@ -131,4 +131,5 @@ class McpConnection:
     def _mark_broken(self, client: Client) -> None:
         """The next call re-opens the session (this one's state is no longer known)."""
         if self._client is client:
+            self._client = None
             self._closing.set()
