@@ -4,13 +4,14 @@ The `mcp` SDK's `Client` is an async context whose transport runs in anyio task 
 must be left by the task that entered them; so each connection lives in a holder task that
 enters the client, reports it ready and waits to be told to close.  Calls come from any task.
 
-Broken sessions: a server that restarted (a Streamable HTTP session id it no longer knows) or
-died (a stdio child gone) makes the next call fail.  A connection known broken before a call
-(its holder ended) is re-opened first, which is safe for any effect: nothing was sent.  A call
-that fails in flight is retried once on a fresh connection only when ``retry`` allows (reads);
-for a write the error goes up, because the request may have been applied — the executor makes
-that ``unknown`` and the reconciler asks.  A server that cannot be reached at all is a
-`ToolError` (``unavailable``): nothing was sent, the model is told.
+Broken sessions: a server that died (a stdio child gone) or restarted and no longer knows the
+session makes the next call on it fail.  A session known broken before a call (its holder
+ended, or it does not answer the ping sent before each write) is re-opened first, which is safe
+for any effect: nothing was sent.  A call that fails in flight is retried once on a fresh
+session only when ``retry`` allows (reads); for a write the error goes up, because the request
+may have been applied — the executor makes that ``unknown`` and the reconciler asks.  A server
+that cannot be reached at all is a `ToolError` (``unavailable``): nothing was sent, the model is
+told.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import logging
 from typing import Any
 
 import mcp_types
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
+from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from callgate.errors import ToolError
 from callgate.logs import log_fields
@@ -34,6 +36,8 @@ log = logging.getLogger("callgate.mcp")
 CONNECT_TIMEOUT_S = 5.0
 """How long opening a session (process start or HTTP handshake) may take."""
 CLOSE_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 1.0
+"""How long a session may take to answer the ping sent before a write."""
 
 
 class McpConnection:
@@ -115,8 +119,11 @@ class McpConnection:
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, *, retry: bool
     ) -> mcp_types.CallToolResult:
         """``tools/call``; a read (``retry``) that finds the session broken is sent once more
-        on a fresh one."""
+        on a fresh one.  A write is sent only on a session that just answered a ping, so a
+        session that broke while idle is re-opened before anything is sent, not after."""
         client = await self._session()
+        if not retry and not await self._answers(client):
+            client = await self._session(fresh=True)
         try:
             return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
         except Exception as exc:
@@ -127,6 +134,17 @@ class McpConnection:
                 server=self.server.name, tool=name, reason=type(exc).__name__))
         client = await self._session(fresh=True)
         return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
+
+    async def _answers(self, client: Client) -> bool:
+        """Whether the server answers on this session: any answer counts, even "method not
+        found" (a 2026-07-28 server no longer serves ``ping``, but it answered)."""
+        try:
+            await asyncio.wait_for(client.session.send_ping(), PING_TIMEOUT_S)
+        except MCPError as exc:
+            return exc.code != CONNECTION_CLOSED
+        except Exception:  # no answer: the session cannot be trusted with a write
+            return False
+        return True
 
     def _mark_broken(self, client: Client) -> None:
         """The next call re-opens the session (this one's state is no longer known)."""

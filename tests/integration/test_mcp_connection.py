@@ -60,3 +60,19 @@ async def test_an_unreachable_server_costs_its_tools_not_the_worker(tmp_path: Pa
         assert refused.value.code == "unavailable"
     finally:
         await opened.close()
+
+
+async def test_a_write_goes_out_only_on_a_session_that_answers(tmp_path: Path) -> None:
+    connection = McpConnection(_stdio(tmp_path))
+    try:
+        first = to_result(await connection.call("whoami", {}, None, retry=True))["pid"]
+        await connection.call("note", {"text": "kept"}, None, retry=False)
+        assert to_result(await connection.call("whoami", {}, None, retry=True))["pid"] == first
+        os.kill(first, signal.SIGKILL)  # the session broke while idle: found before sending
+        answer = to_result(await connection.call("note", {"text": "after"}, None, retry=False))
+        assert answer == {"noted": "after"}
+        notes = [line for line in (tmp_path / "events.jsonl").read_text().splitlines()
+                 if '"note"' in line]
+        assert len(notes) == 2
+    finally:
+        await connection.close()
