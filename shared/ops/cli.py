@@ -30,7 +30,15 @@ import orjson
 from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.ops import exits
-from callgate.ops.dev_cli import already_running, remove_state, state_file_of, write_state
+from callgate.ops.dev_cli import (
+    MCP_HELP,
+    already_running,
+    mcp_env,
+    mcp_file,
+    remove_state,
+    state_file_of,
+    write_state,
+)
 from callgate.ops.run_options import APIS, add_spec_options, spec_from_args, tools_problem
 from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.supervisor import prefix_sink
@@ -98,6 +106,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         scripted_model=False,
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
         tool_modules=modules,
+        env=mcp_env(args.mcp),
         grace_s=args.grace,
     )
     system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
@@ -176,6 +185,7 @@ def _add_up_and_demo(sub: Any) -> None:
     up.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     up.add_argument("--tools", help="tool modules the workers register, comma-separated "
                     "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
+    up.add_argument("--mcp", type=mcp_file, metavar="FILE", help=MCP_HELP)
     up.set_defaults(handler=cmd_up)
 
     demo = sub.add_parser("demo", help="run a demo end to end")

@@ -1,6 +1,7 @@
 """`callgate dev`: a whole local deployment in one command, findable from any other terminal.
 
-    callgate dev [--tools m1,m2] [--scenarios DIR] [--slack] [--log-format auto|pretty|json]
+    callgate dev [--tools m1,m2] [--mcp FILE] [--scenarios DIR] [--slack]
+                 [--log-format auto|pretty|json]
 
 Starts what `callgate demo` starts and keeps it running (`LocalSystem`): Redis (REDIS_URL if
 it answers, else an embedded one), every worker, the scripted model server unless a provider
@@ -33,6 +34,7 @@ from callgate.logs import mask_url_password
 from callgate.ops.dev_logs import dev_sink, json_event
 from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.system import SERVICES, START_ERRORS, LocalSystem, SystemSpec
+from callgate.tools.mcp_servers import parse_servers
 
 SLACK_CHANNEL = "C0CALLGATEDEV"
 SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
@@ -49,6 +51,7 @@ def add_command(sub: Any) -> None:
     dev = sub.add_parser("dev", help="everything for local development, until Ctrl-C")
     dev.add_argument("--tools", help="tool modules the workers register, comma-separated "
                      "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
+    dev.add_argument("--mcp", type=mcp_file, metavar="FILE", help=MCP_HELP)
     dev.add_argument("--scenarios", type=Path, metavar="DIR",
                      help="your scripted-model scenarios (DIR/<model>.json), before the built-ins")
     dev.add_argument("--slack", action="store_true",
@@ -57,6 +60,28 @@ def add_command(sub: Any) -> None:
                      help="auto: readable on a terminal, JSON lines otherwise")
     dev.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
     dev.set_defaults(handler=cmd_dev)
+
+
+MCP_HELP = ("the deployment's MCP servers, a JSON list as CALLGATE_MCP_SERVERS takes it "
+            "(README: Tools from MCP servers)")
+
+
+def mcp_file(path: str) -> str:
+    """``--mcp FILE``: the file's server list, checked now, as CALLGATE_MCP_SERVERS's value."""
+    try:
+        entries = orjson.loads(Path(path).read_bytes())
+        if not isinstance(entries, list):
+            raise ValueError("the file must hold a JSON list of servers")
+        parse_servers(tuple(entries))
+    except (OSError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
+        raise argparse.ArgumentTypeError(f"{path}: {exc}") from exc
+    return orjson.dumps(entries).decode()
+
+
+def mcp_env(servers: str | None) -> dict[str, str]:
+    """The environment that registers ``--mcp``'s servers with every worker (none: nothing, so
+    an exported CALLGATE_MCP_SERVERS stands)."""
+    return {} if servers is None else {"CALLGATE_MCP_SERVERS": servers}
 
 
 def dev_spec(args: argparse.Namespace) -> SystemSpec:
@@ -68,6 +93,7 @@ def dev_spec(args: argparse.Namespace) -> SystemSpec:
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
         tool_modules=modules,
         scenarios=() if args.scenarios is None else (args.scenarios.resolve(),),
+        env=mcp_env(args.mcp),
         delegates={"slack": ["carol"]} if args.slack else {},
         grace_s=args.grace,
     )

@@ -3,6 +3,8 @@ model built from a server's schema, and the `Tool` a listed tool becomes."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import mcp_types
@@ -10,6 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from callgate.config import Settings
+from callgate.ops.cli import build_parser
+from callgate.ops.dev_cli import dev_spec, mcp_env
 from callgate.records import Effect
 from callgate.tools.contract import Reconciliation, context_of
 from callgate.tools.mcp_connection import McpConnection
@@ -140,3 +144,19 @@ def test_limits_inside_items_or_unions_are_refused_not_dropped() -> None:
                 {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "null"}]}):
         with pytest.raises(SchemaError, match="limits inside"):
             args_model_from_schema("t", {"type": "object", "properties": {"x": sub}})
+
+
+def test_up_and_dev_take_the_servers_from_a_file(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    servers = tmp_path / "mcp.json"
+    servers.write_text('[{"name": "shop", "url": "http://127.0.0.1:8000/mcp", "trusted": true}]')
+    parser = build_parser()
+    for command in ("up", "dev"):
+        args = parser.parse_args([command, "--mcp", str(servers)])
+        assert json.loads(mcp_env(args.mcp)["CALLGATE_MCP_SERVERS"]) == [
+            {"name": "shop", "url": "http://127.0.0.1:8000/mcp", "trusted": True}]
+    assert dev_spec(parser.parse_args(["dev"])).env == {}  # an exported setting stands
+    servers.write_text('[{"name": "shop"}]')
+    with pytest.raises(SystemExit):
+        parser.parse_args(["up", "--mcp", str(servers)])
+    assert "give exactly one of url" in capsys.readouterr().err
