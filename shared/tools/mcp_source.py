@@ -62,6 +62,10 @@ async def open_mcp_tools(servers: tuple[McpServer, ...], default_timeout_s: floa
                         extra=log_fields(server=server.name, reason=repr(exc)[:200]))
             continue
         timeout_s = server.timeout_s or default_timeout_s
+        missing = sorted(set(server.lookups.values()) - {remote.name for remote in listed})
+        if missing:  # still fail-closed: a lookup that cannot answer leaves the outcome unknown
+            log.warning("mcp lookups name tools the server does not list", extra=log_fields(
+                server=server.name, lookups=missing))
         for remote in listed:
             try:
                 built = build_tool(server, connection, remote, timeout_s)
