@@ -93,16 +93,10 @@ class Keys:
         with ``tenant``, its runs' only (`tenant_index`)."""
         return tenant_index(f"{self.tag(partition)}:approvals:pending", tenant)
 
-    def run_pending_approvals(self, run_id: str) -> str:
-        return self.pending_approvals(self.partition(run_id))
-
     def unresolved_calls(self, partition: int, tenant: str | None = None) -> str:
         """Sorted set (by when) of ``"<run_id> <call_id>"`` whose write outcome a person must
         resolve (the inbox); with ``tenant``, its runs' only (`tenant_index`)."""
         return tenant_index(f"{self.tag(partition)}:calls:unresolved", tenant)
-
-    def run_unresolved_calls(self, run_id: str) -> str:
-        return self.unresolved_calls(self.partition(run_id))
 
     def deadlines(self, partition: int) -> str:
         """Sorted set of the partition's live run ids by ``deadline_ms`` (ingress's sweep)."""

@@ -89,7 +89,7 @@ async def test_a_run_that_ends_lists_no_approval_as_pending(
     run, [call] = await runtime.ledger.run_and_calls(run_id, ["t1.0"])
     assert run is not None and run.status == status
     assert await _desk(runtime).pending() == []
-    index = runtime.keys.run_pending_approvals(run_id)
+    index = runtime.keys.pending_approvals(runtime.keys.partition(run_id))
     assert await runtime.redis.zrange(index, 0, -1) == []
     record = await runtime.ledger.get_approval(run_id, approval.approval_id)
     assert record is not None and record.state == "withdrawn"

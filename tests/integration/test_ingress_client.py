@@ -163,7 +163,7 @@ async def test_approval_sweep_expires_only_pending_approvals_past_their_time(
             requested_by="alice", approver_role="events-lead", expires_ms=expires_ms, state=state,
         )
         await redis.hset(keys.approval("r-sweep", approval_id), mapping=record.to_hash())  # type: ignore[misc]
-        await redis.zadd(keys.run_pending_approvals("r-sweep"),
+        await redis.zadd(keys.pending_approvals(keys.partition("r-sweep")),
                          {f"r-sweep {approval_id}": expires_ms})
     assert await sweep_approvals({"runtime": runtime}) == 1
     entries = await redis.xrange(keys.run_stream("decisions", "r-sweep"))
@@ -179,7 +179,7 @@ async def test_approval_sweep_drops_entries_whose_approval_no_longer_waits(
     they cannot fill every batch and keep a live approval past its time from being expired."""
     monkeypatch.setattr("callgate.sweeps.SWEEP_BATCH", 2)
     now, keys = int(time.time() * 1000), runtime.keys
-    index = keys.run_pending_approvals("r-gone")
+    index = keys.pending_approvals(keys.partition("r-gone"))
     await redis.zadd(index, {"r-gone apr-1": now - 3000, "r-gone apr-2": now - 2000})
     record = ApprovalRecord(
         approval_id="apr-due", run_id="r-gone", turn=1, call_id="c-due", tool="reserve_seat",
