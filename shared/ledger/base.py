@@ -209,10 +209,16 @@ class LedgerBase:
         """Add ``"<run_id> <item_id>"`` to the partition's inbox index ``index_of`` (pending
         approvals, unresolved calls) and to its run's tenant's copy, in the same step: a
         tenant's approvers read the copy, never the partition's index."""
-        member = {f"{run_id} {item_id}": score}
-        tx.zadd(index_of(self.keys.partition(run_id), None), member)
+        return self.index_add(tx, index_of, run_id, {f"{run_id} {item_id}": score})
+
+    def index_add(
+        self, tx: Tx, index_of: IndexOf, run_id: str, members: dict[str, float]
+    ) -> Tx:
+        """Add ``members`` of ``run_id`` to the partition index ``index_of`` and to its run's
+        tenant's copy, in the same step."""
+        tx.zadd(index_of(self.keys.partition(run_id), None), members)
         if (copy := self.tenant_copy(index_of, run_id)) is not None:
-            tx.zadd(copy, member)
+            tx.zadd(copy, members)
         return tx
 
     def inbox_remove(self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str) -> Tx:

@@ -79,9 +79,7 @@ class LoopSteps(ApprovalSteps):
         key = self.keys.run(run.run_id)
         partition = self.keys.partition(run.run_id)
         tx = Tx().expect_missing(key).hset(key, run.to_hash())
-        tx.zadd(self.keys.runs_index(partition), {run.run_id: run.created_ms})
-        if (copy := self.tenant_copy(self.keys.runs_index, run.run_id)) is not None:
-            tx.zadd(copy, {run.run_id: run.created_ms})
+        self.index_add(tx, self.keys.runs_index, run.run_id, {run.run_id: run.created_ms})
         if run.deadline_ms is not None:
             tx.zadd(self.keys.deadlines(partition), {run.run_id: float(run.deadline_ms)})
         if history:
