@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,7 +122,7 @@ async def _admitted(rt: Runtime, start: StartJob, run_id: str) -> Admitted:
     """`admit`, and an identity token's one use recorded: a second run with it is refused (the
     same run again, a redelivered job, finds its own record)."""
     try:
-        admitted = admit(start, run_id, rt.trust.current(), now=time.time(),
+        admitted = admit(start, run_id, rt.trust.current(), now=now_ms() / 1000,
                          token_max_age_s=rt.settings.identity_token_max_age_s)
         use = admitted.token_use
         if use is not None and run_id != await rt.ledger.use_identity_token(

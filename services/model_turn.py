@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import assert_never
 
 import orjson
@@ -66,11 +67,15 @@ TURNS_REMEMBERED = 1_000
 
 
 class ModelTurn:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(
+        self, runtime: Runtime, adapters: Mapping[str, ProviderAdapter] | None = None
+    ) -> None:
+        """``adapters``: one per API to use instead of the SDK's (the schedule explorer's
+        model, which answers with neutral events); the rest are built on first use."""
         self.rt = runtime
         self.ledger = runtime.ledger
         self.registry = runtime.registry
-        self._adapters: dict[str, ProviderAdapter] = {}
+        self._adapters: dict[str, ProviderAdapter] = dict(adapters or {})
         self._carry = HistoryCarry(TURNS_REMEMBERED if runtime.settings.carry else 0)
         self._joins = TurnJoins()
 

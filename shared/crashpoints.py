@@ -7,7 +7,8 @@ set, names a marker file: the crash happens only if the file does not exist yet 
 created just before dying), so a restarted process runs on past the boundary.
 
 Every boundary, and which effect kinds reach it, is listed in `callgate.ops.chaos.boundaries`;
-``callgate chaos --crash-points`` walks them all.
+``callgate chaos --crash-points`` walks them all.  The schedule explorer runs every worker in
+one process: it sets `on_boundary`, which may raise to drop the handler where it stands.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 from functools import cache
+
+on_boundary: Callable[[str], None] | None = None
+"""Called at every boundary before the armed check (`callgate.ops.explore`); None in workers."""
 
 
 @cache
@@ -26,6 +31,8 @@ def _armed() -> frozenset[str]:
 
 def crash_point(name: str) -> None:
     """Die here, without cleanup, if this boundary is armed."""
+    if on_boundary is not None:
+        on_boundary(name)
     if name not in _armed():
         return
     marker = os.environ.get("CALLGATE_CRASH_ONCE_FILE")

@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import math
 import secrets
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.trust import ANY, TrustConfig, VerificationKey
+from callgate.clock import now_ms
 from callgate.errors import AuthError
 from callgate.tools.canonical import canonical_bytes, hash_bytes
 
@@ -82,7 +82,7 @@ def sign(signer: Signer, claims: Mapping[str, Any], ttl_s: float) -> str:
         raise ValueError(f"ttl_s must be in (0, {MAX_LIFETIME_S:.0f}], not {ttl_s}")
     if "iat" in claims or "exp" in claims:
         raise ValueError("iat and exp are set by sign(), not passed in claims")
-    issued_at = int(time.time())
+    issued_at = now_ms() // 1000
     payload = {"jti": secrets.token_urlsafe(16), **claims, "iat": issued_at}
     payload["exp"] = issued_at + math.ceil(ttl_s)
     try:

@@ -15,7 +15,6 @@ state: the loser re-reads and retries, so the batch is released exactly once.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -55,7 +54,7 @@ class ApprovalFlow:
     async def on_decision(self, message: SignedDecision) -> None:
         """Verify the token first; then apply it as what its signed ``act`` says it is."""
         try:
-            decided = verify_decision(message.token, self.rt.trust.current(), now=time.time())
+            decided = verify_decision(message.token, self.rt.trust.current(), now=now_ms() / 1000)
             if decided.claims.get("run") != message.run_id:
                 raise AuthError("the decision is signed for another run")
             act = decided.claims.get("act")

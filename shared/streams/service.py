@@ -77,9 +77,14 @@ class Runtime:
             self.closers.append(self._session.close)
         return self._session
 
+    async def close_tools(self) -> None:
+        """Close what the handler factories opened (sessions, pools), newest first."""
+        while self.closers:
+            await self.closers.pop()()
+        self._session = None
+
     async def close(self) -> None:
-        for close in reversed(self.closers):
-            await close()
+        await self.close_tools()
         await self.ledger.aclose()
         await self.redis.aclose()
 
