@@ -25,6 +25,7 @@ RAW_BY_DESIGN = {
     "shared/ops/bench/floor.py": "the raw relay the pipeline is measured against",
     "shared/ops/bench/executors.py": "seeds allowed calls to time executors alone",
     "shared/ops/bench/provider.py": "records the in-process model's timings",
+    "shared/ops/explore/possible.py": "the explorer's duplicated message, as a transport makes",
 }
 
 

@@ -1,0 +1,378 @@
+"""Every event possible in the current state, progress first (`callgate.ops.explore.events`).
+
+Progress: a fetched message's first delivery, a redelivery of one left pending (as XAUTOCLAIM
+hands a dead consumer's messages on), a run's start job, the service coming back, the sweeps
+when something is due, and the clock moving to the next timer when nothing else can happen.
+Injected: a worker dying at a boundary while it handles a message, a duplicated message, a
+repeated start job, the service going down, a small clock step, and people — approve, deny,
+an approval for other arguments or posted on another run, a resolution as the system of
+record says (or a recheck), a cancel.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from callgate.decisions.desk import ApprovalDesk
+from callgate.decisions.record import ApprovalRecord
+from callgate.ops.chaos.workload import PlannedRun
+from callgate.ops.explore.events import (
+    BOUNDARIES,
+    Entry,
+    Event,
+    describe,
+    fetch,
+    hand,
+    pending_ids,
+)
+from callgate.ops.explore.world import USER, World
+from callgate.records import CallRecord
+from callgate.states import RUN_TERMINAL
+from callgate.sweeps import sweep_approvals, sweep_deadlines
+
+APPROVER = "carol"
+OPERATOR = "operator"
+SMALL_STEP_MS = 1_000
+RECENT = 3
+"""Messages a duplicate may copy: the last few handled."""
+
+
+@dataclass
+class Possible:
+    """What the episode has seen so far that decides what may happen."""
+
+    world: World
+    plans: Sequence[PlannedRun]
+    specs: dict[str, dict[str, Any]]
+    entries: list[Entry] = field(default_factory=list)
+    started: set[str] = field(default_factory=set)
+    duplicated: set[str] = field(default_factory=set)
+
+    @property
+    def desk(self) -> ApprovalDesk:
+        return ApprovalDesk(self.world.redis, self.world.keys, self.world.ledger)
+
+    async def events(self, *, faults: bool) -> list[Event]:
+        """The events possible now, progress first (with ``faults``, everything)."""
+        await fetch(self.world, self.entries)
+        pending = await pending_ids(self.world)
+        live = [e for e in self.entries if (e.stream, e.message_id) in pending]
+        progress = [*self._deliveries(live), *self._starts(), *await self._sweeps()]
+        if not faults:
+            return progress or await self._next_timer()
+        injected = [
+            *self._crashes(live),
+            *self._duplicates(),
+            *self._restarts(),
+            *self._service(),
+            *await self._next_timer(),
+            *await self._people(),
+        ]
+        return [*progress, *injected]
+
+    # -- progress --------------------------------------------------------------------------
+
+    def _deliveries(self, live: list[Entry]) -> list[Event]:
+        found = []
+        for entry in sorted(live, key=lambda e: e.handed > 0):
+            verb = "redeliver" if entry.handed else "deliver"
+            found.append(
+                _about(
+                    entry,
+                    f"{verb}:{entry.group}",
+                    f"{verb} {entry.label} to {entry.group}",
+                    _handing(self.world, entry, None),
+                )
+            )
+        return found
+
+    def _starts(self) -> list[Event]:
+        found = []
+        for plan in self.plans:
+            if plan.run_id not in self.started:
+                found.append(
+                    Event(
+                        "start", f"start run {plan.run_id}", self._start(plan), run_id=plan.run_id
+                    )
+                )
+        if self.world.store.down:
+            found.append(Event("service_up", "the service comes back", self._set_down(False)))
+        return found
+
+    async def _sweeps(self) -> list[Event]:
+        world, now = self.world, self.world.now_ms
+        found = []
+        if await _due(world, world.keys.pending_approvals(0), now):
+            found.append(
+                Event(
+                    "sweep_approvals",
+                    "the ingress sweeps expired approvals",
+                    _swept(sweep_approvals, world),
+                )
+            )
+        if await _due(world, world.keys.deadlines(0), now):
+            found.append(
+                Event(
+                    "sweep_deadlines",
+                    "the ingress sweeps run deadlines",
+                    _swept(sweep_deadlines, world),
+                )
+            )
+        return found
+
+    async def _next_timer(self) -> list[Event]:
+        """Time moves on to the next approval expiry or run deadline (in the drain, only when
+        nothing else can happen)."""
+        world, now = self.world, self.world.now_ms
+        found = []
+        timers = [
+            await _next_timer(world, world.keys.pending_approvals(0), now),
+            await _next_timer(world, world.keys.deadlines(0), now),
+        ]
+        due = min((t for t in timers if t is not None), default=None)
+        if due is not None:
+            found.append(
+                Event(
+                    "tick",
+                    f"the clock moves {(due - now) / 1000:g} s on to the next timer",
+                    self._tick(due + 1),
+                )
+            )
+        return found
+
+    # -- injected --------------------------------------------------------------------------
+
+    def _crashes(self, live: list[Entry]) -> list[Event]:
+        return [
+            _about(
+                entry,
+                f"crash:{entry.group}",
+                f"{entry.group} dies while handling {entry.label}",
+                self._crash(entry),
+                fault=True,
+            )
+            for entry in live
+        ]
+
+    def _duplicates(self) -> list[Event]:
+        """A copy of one of the last few messages handled (each copied once)."""
+        recent = [e for e in self.entries if e.handed][-RECENT:]
+        return [
+            _about(
+                entry,
+                "duplicate",
+                f"{entry.label} is delivered twice (duplicated)",
+                self._duplicate(entry),
+                fault=True,
+            )
+            for entry in recent
+            if entry.message_id not in self.duplicated
+        ]
+
+    def _restarts(self) -> list[Event]:
+        return [
+            Event(
+                "restart",
+                f"the start job of {p.run_id} is delivered again",
+                self._start(p),
+                run_id=p.run_id,
+                fault=True,
+            )
+            for p in self.plans
+            if p.run_id in self.started
+        ]
+
+    def _service(self) -> list[Event]:
+        found = [
+            Event(
+                "tick",
+                "the clock moves 1 s on",
+                self._tick(self.world.now_ms + SMALL_STEP_MS),
+                fault=True,
+            )
+        ]
+        if not self.world.store.down:
+            found.append(
+                Event("service_down", "the service goes down", self._set_down(True), fault=True)
+            )
+        return found
+
+    async def _people(self) -> list[Event]:
+        desk, signers = self.desk, self.world.signers
+        found: list[Event] = []
+        for record in await desk.pending():
+            for kind, what, act in self._decisions(record):
+                found.append(
+                    Event(
+                        f"person:{kind}",
+                        f"{APPROVER} {what} {record.call_id} of {record.run_id}",
+                        act,
+                        record.run_id,
+                        record.call_id,
+                        fault=True,
+                    )
+                )
+        for call in await desk.unresolved():
+            found.append(
+                Event(
+                    "person:resolve",
+                    f"a person resolves {call.call_id} of {call.run_id}",
+                    self._resolve(call),
+                    call.run_id,
+                    call.call_id,
+                    fault=True,
+                )
+            )
+        for plan in self.plans:
+            run = await self.world.ledger.get_run(plan.run_id)
+            if run is not None and run.status not in RUN_TERMINAL:
+                cancel = _posted(functools.partial(desk.control, run, "cancel", signers[USER]))
+                found.append(
+                    Event(
+                        "person:cancel",
+                        f"{USER} cancels {plan.run_id}",
+                        cancel,
+                        plan.run_id,
+                        fault=True,
+                    )
+                )
+        return found
+
+    def _decisions(
+        self,
+        record: ApprovalRecord,
+    ) -> list[tuple[str, str, Callable[[], Awaitable[str | None]]]]:
+        """(kind, what the person does, the act) for each decision on ``record``."""
+        desk, signer = self.desk, self.world.signers[APPROVER]
+        other = next((p.run_id for p in self.plans if p.run_id != record.run_id), None)
+        found: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
+            ("approve", "approves", lambda: desk.post(record, "approve", signer)),
+            ("deny", "denies", lambda: desk.post(record, "deny", signer, reason="no")),
+            (
+                "approve_other_arguments",
+                "approves other arguments than those of",
+                lambda: desk.post(record, "approve", signer, args_hash="0" * 64),
+            ),
+        ]
+        if other is not None:
+            moved = record.model_copy(update={"run_id": other})
+            found.append(
+                (
+                    "approve_on_another_run",
+                    f"approves, on {other}'s stream,",
+                    lambda: desk.post(moved, "approve", signer),
+                )
+            )
+        return [(kind, what, _posted(make)) for kind, what, make in found]
+
+    # -- acts ------------------------------------------------------------------------------
+
+    def _start(self, plan: PlannedRun) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            self.started.add(plan.run_id)
+            try:
+                await self.world.start(plan.run_id, self.specs[plan.run_id])
+            except Exception as exc:  # a refused start job fails as arq would record it
+                return f"refused: {type(exc).__name__}"
+            return None
+
+        return act
+
+    def _crash(self, entry: Entry) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            boundary = self.world.choices.answer("boundary", BOUNDARIES[entry.group])
+            return await hand(self.world, entry, boundary) or f"{boundary} not reached"
+
+        return act
+
+    def _duplicate(self, entry: Entry) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            self.duplicated.add(entry.message_id)
+            await self.world.redis.xadd(entry.stream, {"d": entry.raw or b""})
+            return None
+
+        return act
+
+    def _tick(self, to_ms: int) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            self.world.now_ms = to_ms
+            return None
+
+        return act
+
+    def _set_down(self, down: bool) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            self.world.store.down = down
+            return None
+
+        return act
+
+    def _resolve(self, call: CallRecord) -> Callable[[], Awaitable[str | None]]:
+        async def act() -> str | None:
+            signer = self.world.signers[APPROVER if call.approval_id else OPERATOR]
+            how = self.world.choices.answer("resolution", ("truth", "recheck"))
+            found = self.world.store.effects.get(call.operation_id or "")
+            if how == "recheck":
+                await self.desk.resolve(call, "recheck", signer)
+            elif found is None:
+                await self.desk.resolve(call, "not_applied", signer)
+            else:
+                await self.desk.resolve(call, "applied", signer, result=found)
+            return how if found is None else f"{how} (applied)"
+
+        return act
+
+
+def _about(
+    entry: Entry,
+    kind: str,
+    label: str,
+    act: Callable[[], Awaitable[str | None]],
+    *,
+    fault: bool = False,
+) -> Event:
+    _, run_id, call_id = describe(entry.raw)
+    return Event(kind, label, act, run_id, call_id, fault)
+
+
+def _handing(
+    world: World,
+    entry: Entry,
+    boundary: str | None,
+) -> Callable[[], Awaitable[str | None]]:
+    async def act() -> str | None:
+        return await hand(world, entry, boundary)
+
+    return act
+
+
+def _swept(
+    sweep: Callable[[dict[str, Any]], Awaitable[int]],
+    world: World,
+) -> Callable[[], Awaitable[str | None]]:
+    async def act() -> str | None:
+        return f"{await sweep({'runtime': world.ingress})} found"
+
+    return act
+
+
+def _posted(make: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[str | None]]:
+    async def act() -> str | None:
+        await make()
+        return None
+
+    return act
+
+
+async def _due(world: World, index: str, now: int) -> bool:
+    return bool(await world.redis.zcount(index, "-inf", now))
+
+
+async def _next_timer(world: World, index: str, now: int) -> int | None:
+    found = await world.redis.zrangebyscore(
+        index, f"({now}", "+inf", start=0, num=1, withscores=True
+    )
+    return int(found[0][1]) if found else None
