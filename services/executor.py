@@ -267,19 +267,25 @@ def _why(tool: Tool[Any], exc: BaseException, args: BaseModel) -> str:
 
 
 async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
-    """An exec order no delivery settled (its consumers kept dying): a write it left
-    ``executing`` may have happened, so it goes to the reconciler as when a redelivery finds
-    it orphaned; failing the run instead would strand it there, never settled.  Any other
-    dead exec order fails the run it is bound to."""
+    """An exec order no delivery settled (its consumers kept dying).  A call it left
+    ``executing`` still gets its one outcome: a write, which may have happened, goes to the
+    reconciler as when a redelivery finds it orphaned (failing the run instead would strand it
+    there, never settled); a read fails with the reason.  Any other dead exec order — and
+    that read's — fails the run it is bound to (a cancelled or ended run stays as it is)."""
     order = letter.envelope
     if isinstance(order, ExecRequest):
         call = await runtime.ledger.get_call(order.run_id, order.call_id)
         tool = None if call is None else runtime.registry.get(call.tool)
-        if call is not None and call.turn == order.turn and _left_in_flight(call.state, tool):
-            await runtime.ledger.apply(
-                runtime.ledger.orphaned_write(order, call.attempts, order.chain)
-            )
-            return
+        if call is not None and tool is not None and call.turn == order.turn and (
+            call.state == CallState.EXECUTING
+        ):
+            if tool.is_write:
+                tx = runtime.ledger.orphaned_write(order, call.attempts, order.chain)
+                await runtime.ledger.apply(tx)
+                return
+            why = _refused("unavailable", f"{tool.name} was not settled: {letter.reason}")
+            await runtime.ledger.apply(runtime.ledger.settle_call(
+                order, call.attempts, why, order.chain, tool.sensitive_fields))
     await fail_bound_run(runtime, letter, (ExecRequest,))
 
 
