@@ -16,13 +16,13 @@ is admitted at most once, however often its job runs.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from arq import Retry
 from pydantic import ValidationError
 
 from callgate.auth.tokens import check_grant, verify_submission
+from callgate.clock import now_ms
 from callgate.errors import AuthError, NotFoundError, RunBusyError, RunSpecError
 from callgate.jobs import ReplyJob
 from callgate.ledger.steps import items_json
@@ -62,7 +62,7 @@ async def reply_run(ctx: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     trust = rt.trust.current()
     try:
         sender = verify_submission(job.token, trust, run_id=job.run_id, spec=job.signed_part(),
-                                   now=time.time())
+                                   now=now_ms() / 1000)
         check_grant(trust, sender, run.identity)
     except AuthError as exc:
         log.warning("reply refused", extra=log_fields(run_id=job.run_id, reason=exc.reason))

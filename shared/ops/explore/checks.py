@@ -17,18 +17,26 @@ apply (`ALWAYS`); at rest, all of them.  Beside them, step-level invariants:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from callgate.errors import TransitionError
 from callgate.ops.chaos import invariants
-from callgate.ops.chaos.facts import Facts, dead_letter_count, latest_conversations, run_facts
+from callgate.ops.chaos.facts import (
+    Facts,
+    SentReply,
+    dead_letter_count,
+    latest_conversations,
+    run_facts,
+)
 from callgate.ops.chaos.workload import PlannedRun
 from callgate.ops.explore.store import Dispatch
 from callgate.ops.explore.world import World
 from callgate.records import OkResult
 from callgate.states import CallState, RunState, check_call, check_run
 
+Sent = Callable[[str], Sequence[SentReply]]
+"""The replies sent to a run, with their verdicts."""
 ALWAYS = (
     "duplicate_writes",
     "unrequested_effects",
@@ -39,9 +47,12 @@ ALWAYS = (
 """Chaos invariants that hold at every moment, not only once runs have settled."""
 
 
-async def gather(world: World, plans: Sequence[PlannedRun]) -> Facts:
+async def gather(world: World, plans: Sequence[PlannedRun], sent: Sent) -> Facts:
     conversations = latest_conversations(world.model.received)
-    runs = [await run_facts(world.ledger, plan, conversations.get(plan.run_id)) for plan in plans]
+    runs = [
+        await run_facts(world.ledger, plan, conversations.get(plan.run_id), sent(plan.run_id))
+        for plan in plans
+    ]
     return Facts(
         runs=tuple(runs),
         reserve_requests=dict(world.store.requests),
@@ -173,11 +184,12 @@ async def logs_of(world: World, plans: Sequence[PlannedRun]) -> dict[str, list[A
 async def violations(
     world: World,
     plans: Sequence[PlannedRun],
+    sent: Sent,
     *,
     at_rest: bool,
 ) -> dict[str, list[str]]:
     """Every invariant that applies now → what breaks it (only the broken ones)."""
-    facts = await gather(world, plans)
+    facts = await gather(world, plans, sent)
     logs = await logs_of(world, plans)
     names = invariants.CHECKS if at_rest else ALWAYS
     dispatches = world.store.dispatches

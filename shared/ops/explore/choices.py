@@ -51,18 +51,14 @@ class Choices:
         return None
 
     def answer(
-        self,
-        label: str,
-        options: Sequence[str],
-        clean_bias: float = CLEAN_ANSWER_BIAS,
+        self, label: str, options: Sequence[str], weights: Sequence[float] | None = None
     ) -> str:
         """A tool's, the model's or a person's answer; the first option once faults are off
-        (exploring, it comes with ``clean_bias``)."""
+        (exploring, drawn by ``weights``, else the first with `CLEAN_ANSWER_BIAS`)."""
         if not self.faults_on or len(options) == 1:
             return options[0]
         if self.rng is not None:
-            clean = self.rng.random() < clean_bias
-            chosen = options[0] if clean else self.rng.choice(options)
+            chosen = self._drawn(options, weights)
         else:
             replayed = self._replayed_answer(options)
             if replayed is None:
@@ -71,10 +67,17 @@ class Choices:
         self.taken.append(ANSWER + chosen)
         return chosen
 
-    def _replayed_answer(self, options: Sequence[str]) -> str:
+    def _drawn(self, options: Sequence[str], weights: Sequence[float] | None) -> str:
+        assert self.rng is not None
+        if weights is not None:
+            return self.rng.choices(options, weights)[0]
+        clean = self.rng.random() < CLEAN_ANSWER_BIAS
+        return options[0] if clean else self.rng.choice(options)
+
+    def _replayed_answer(self, options: Sequence[str]) -> str | None:
         if self._next < len(self.recorded) and self.recorded[self._next].startswith(ANSWER):
             token = self.recorded[self._next][len(ANSWER) :]
             self._next += 1
             if token in options:
                 return token
-        return options[0]
+        return None

@@ -43,6 +43,7 @@ WEIGHTS = {
     "service_down": 0.3,
     "tick": 0.4,
     "person:cancel": 0.3,
+    "person:reply": 0.3,
     "duplicate": 0.6,
 }
 """How likely each kind of event is while exploring (1 if not named): mostly progress, the
@@ -127,7 +128,7 @@ async def run_episode(
         if index is None:
             break
         event = events[index]
-        if await _step(world, runs, event, outcome):
+        if await _step(possible, event, outcome):
             return outcome
     outcome.chosen = len(outcome.steps)
     choices.faults_on = False
@@ -137,17 +138,18 @@ async def run_episode(
         events = await possible.events(faults=False)
         if not events:
             break
-        if await _step(world, runs, events[0], outcome):
+        if await _step(possible, events[0], outcome):
             return outcome
     else:
         outcome.violation = {"liveness": [f"not at rest after {DRAIN_LIMIT} fault-free events"]}
         return outcome
-    outcome.violation = await violations(world, runs, at_rest=True)
+    outcome.violation = await violations(world, runs, possible.people.sent, at_rest=True)
     return outcome
 
 
-async def _step(world: World, runs: list[PlannedRun], event: Event, outcome: Outcome) -> bool:
+async def _step(possible: Possible, event: Event, outcome: Outcome) -> bool:
     """Make ``event`` happen and check; True if an invariant broke."""
+    world = possible.world
     outcome.triples.add(await _triple(world, event))
     try:
         note = await event.act()
@@ -156,7 +158,9 @@ async def _step(world: World, runs: list[PlannedRun], event: Event, outcome: Out
         outcome.violation = {"unhandled_error": [f"{event.label}: {note}"]}
     outcome.steps.append(Step(event.label, note, event.fault))
     if not outcome.violation:
-        outcome.violation = await violations(world, runs, at_rest=False)
+        outcome.violation = await violations(
+            world, possible.plans, possible.people.sent, at_rest=False
+        )
     return bool(outcome.violation)
 
 

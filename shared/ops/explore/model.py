@@ -26,6 +26,7 @@ from callgate.providers.base import (
 )
 from callgate.providers.common import RecordMeta
 from callgate.providers.openai_responses import OpenAIResponsesAdapter
+from callgate.standins.scripted.history import from_responses
 
 Call = tuple[str, dict[str, Any]]
 PLANS: dict[str, tuple[Call, ...]] = {
@@ -48,9 +49,9 @@ ANSWERS: tuple[str, ...] = (
 )
 """Every answer the model may give; the first is the one a fault-free schedule gets."""
 
-FINAL_BIAS = 0.15
-"""How often an explored turn ends the run (else any answer, the final one included)."""
-Choose = Callable[[str, Sequence[str], float], str]
+ANSWER_WEIGHTS: tuple[float, ...] = (2.0, *(1.5 for _ in PLANS), 0.3, 0.3, 0.3, 0.3, 0.3)
+"""How often each answer is given while exploring: mostly tool calls, so runs go on."""
+Choose = Callable[[str, Sequence[str], Sequence[float] | None], str]
 
 
 class ScriptedAnswers(OpenAIResponsesAdapter):
@@ -67,20 +68,22 @@ class ScriptedAnswers(OpenAIResponsesAdapter):
 
     async def complete(self, turn: TurnInput) -> TurnOutcome:
         self.received.append({"path": "/v1/responses", "body": {"input": turn.history}})
-        answer = self.choose("model", ANSWERS, FINAL_BIAS)
-        event, items = _answer(answer, len(turn.history))
+        answer = self.choose("model", ANSWERS, ANSWER_WEIGHTS)
+        asked = from_responses({"input": turn.history}).last_user_text
+        event, items = _answer(answer, len(turn.history), asked)
         raw = {"id": f"resp_{len(self.received)}", "output": items}
         return self._outcome(event, raw, items)
 
 
-def _answer(answer: str, seen: int) -> tuple[TurnEvent, list[dict[str, Any]]]:
-    """The neutral event of ``answer`` and the items the history keeps for it."""
+def _answer(answer: str, seen: int, asked: str) -> tuple[TurnEvent, list[dict[str, Any]]]:
+    """The neutral event of ``answer`` and the items the history keeps for it (a final answer
+    echoes the user's latest words, as chaos's scenarios do, so a follow-up is seen answered)."""
     if answer in PLANS:
         return _calls(PLANS[answer], f"fc{seen}")
     if answer == "reused_id":
         return _calls(PLANS["reads"][:1], "fc1")
     if answer == "final":
-        text = "done"
+        text = f"done: {asked}"
         return FinalAnswer(text), [
             {
                 "type": "message",

@@ -4,20 +4,16 @@ Progress: a fetched message's first delivery, a redelivery of one left pending (
 hands a dead consumer's messages on), a run's start job, the service coming back, the sweeps
 when something is due, and the clock moving to the next timer when nothing else can happen.
 Injected: a worker dying at a boundary while it handles a message, a duplicated message, a
-repeated start job, the service going down, a small clock step, and people — approve, deny,
-an approval for other arguments or posted on another run, a resolution as the system of
-record says (or a recheck), a cancel.
+repeated start job, the service going down, a small clock step, and people's actions
+(`callgate.ops.explore.people`).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from callgate.decisions.desk import ApprovalDesk
-from callgate.decisions.record import ApprovalRecord
 from callgate.ops.chaos.workload import PlannedRun
 from callgate.ops.explore.events import (
     BOUNDARIES,
@@ -28,13 +24,10 @@ from callgate.ops.explore.events import (
     hand,
     pending_ids,
 )
-from callgate.ops.explore.world import USER, World
-from callgate.records import CallRecord
-from callgate.states import RUN_TERMINAL
+from callgate.ops.explore.people import People
+from callgate.ops.explore.world import World
 from callgate.sweeps import sweep_approvals, sweep_deadlines
 
-APPROVER = "carol"
-OPERATOR = "operator"
 SMALL_STEP_MS = 1_000
 RECENT = 3
 """Messages a duplicate may copy: the last few handled."""
@@ -50,10 +43,10 @@ class Possible:
     entries: list[Entry] = field(default_factory=list)
     started: set[str] = field(default_factory=set)
     duplicated: set[str] = field(default_factory=set)
+    people: People = field(init=False)
 
-    @property
-    def desk(self) -> ApprovalDesk:
-        return ApprovalDesk(self.world.redis, self.world.keys, self.world.ledger)
+    def __post_init__(self) -> None:
+        self.people = People(self.world, self.plans)
 
     async def events(self, *, faults: bool) -> list[Event]:
         """The events possible now, progress first (with ``faults``, everything)."""
@@ -69,7 +62,7 @@ class Possible:
             *self._restarts(),
             *self._service(),
             *await self._next_timer(),
-            *await self._people(),
+            *await self.people.events(),
         ]
         return [*progress, *injected]
 
@@ -200,74 +193,6 @@ class Possible:
             )
         return found
 
-    async def _people(self) -> list[Event]:
-        desk, signers = self.desk, self.world.signers
-        found: list[Event] = []
-        for record in await desk.pending():
-            for kind, what, act in self._decisions(record):
-                found.append(
-                    Event(
-                        f"person:{kind}",
-                        f"{APPROVER} {what} {record.call_id} of {record.run_id}",
-                        act,
-                        record.run_id,
-                        record.call_id,
-                        fault=True,
-                    )
-                )
-        for call in await desk.unresolved():
-            found.append(
-                Event(
-                    "person:resolve",
-                    f"a person resolves {call.call_id} of {call.run_id}",
-                    self._resolve(call),
-                    call.run_id,
-                    call.call_id,
-                    fault=True,
-                )
-            )
-        for plan in self.plans:
-            run = await self.world.ledger.get_run(plan.run_id)
-            if run is not None and run.status not in RUN_TERMINAL:
-                cancel = _posted(functools.partial(desk.control, run, "cancel", signers[USER]))
-                found.append(
-                    Event(
-                        "person:cancel",
-                        f"{USER} cancels {plan.run_id}",
-                        cancel,
-                        plan.run_id,
-                        fault=True,
-                    )
-                )
-        return found
-
-    def _decisions(
-        self,
-        record: ApprovalRecord,
-    ) -> list[tuple[str, str, Callable[[], Awaitable[str | None]]]]:
-        """(kind, what the person does, the act) for each decision on ``record``."""
-        desk, signer = self.desk, self.world.signers[APPROVER]
-        other = next((p.run_id for p in self.plans if p.run_id != record.run_id), None)
-        found: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
-            ("approve", "approves", lambda: desk.post(record, "approve", signer)),
-            ("deny", "denies", lambda: desk.post(record, "deny", signer, reason="no")),
-            (
-                "approve_other_arguments",
-                "approves other arguments than those of",
-                lambda: desk.post(record, "approve", signer, args_hash="0" * 64),
-            ),
-        ]
-        if other is not None:
-            moved = record.model_copy(update={"run_id": other})
-            found.append(
-                (
-                    "approve_on_another_run",
-                    f"approves, on {other}'s stream,",
-                    lambda: desk.post(moved, "approve", signer),
-                )
-            )
-        return [(kind, what, _posted(make)) for kind, what, make in found]
-
     # -- acts ------------------------------------------------------------------------------
 
     def _start(self, plan: PlannedRun) -> Callable[[], Awaitable[str | None]]:
@@ -310,21 +235,6 @@ class Possible:
 
         return act
 
-    def _resolve(self, call: CallRecord) -> Callable[[], Awaitable[str | None]]:
-        async def act() -> str | None:
-            signer = self.world.signers[APPROVER if call.approval_id else OPERATOR]
-            how = self.world.choices.answer("resolution", ("truth", "recheck"))
-            found = self.world.store.effects.get(call.operation_id or "")
-            if how == "recheck":
-                await self.desk.resolve(call, "recheck", signer)
-            elif found is None:
-                await self.desk.resolve(call, "not_applied", signer)
-            else:
-                await self.desk.resolve(call, "applied", signer, result=found)
-            return how if found is None else f"{how} (applied)"
-
-        return act
-
 
 def _about(
     entry: Entry,
@@ -355,14 +265,6 @@ def _swept(
 ) -> Callable[[], Awaitable[str | None]]:
     async def act() -> str | None:
         return f"{await sweep({'runtime': world.ingress})} found"
-
-    return act
-
-
-def _posted(make: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[str | None]]:
-    async def act() -> str | None:
-        await make()
-        return None
 
     return act
 

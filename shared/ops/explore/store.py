@@ -88,7 +88,8 @@ class Store:
             self.requests[op] += 1
         if outcome == "timeout":
             raise TimeoutError("no answer in time")
-        if outcome == "tool_error":
+        if outcome == "tool_error" and op not in self.effects:
+            # A service that honours the operation id answers a committed one with its result.
             raise ToolError(f"{args.item} is not available", code="out_of_stock")
         if outcome == "raised":
             raise RuntimeError("the tool's own code failed")

@@ -29,7 +29,6 @@ from callgate.envelopes import CARRIED_ON
 from callgate.jobs import StartJob
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
-from callgate.ops.explore.choices import CLEAN_ANSWER_BIAS as CLEAN_BIAS
 from callgate.ops.explore.choices import Choices
 from callgate.ops.explore.model import ScriptedAnswers
 from callgate.ops.explore.store import Store, tools
@@ -105,12 +104,9 @@ class World:
         self.ingress = self._runtime("ingress")
 
     def _answer(
-        self,
-        label: str,
-        options: Sequence[str],
-        clean_bias: float = CLEAN_BIAS,
+        self, label: str, options: Sequence[str], weights: Sequence[float] | None = None
     ) -> str:
-        return self.choices.answer(label, options, clean_bias)
+        return self.choices.answer(label, options, weights)
 
     def _runtime(self, name: str) -> Runtime:
         return Runtime(
