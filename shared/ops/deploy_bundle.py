@@ -125,7 +125,7 @@ def env_text(
         "# The Redis users' passwords (deploy/redis/users.acl); acl.sh stores only their SHA-256.",
         *(f"{password_variable(login)}={pw}" for login, pw in bundle.passwords.items()),
         "# Tenants: acl.sh renders submitters_<tenant> / approvers_<tenant> for each (empty: one).",
-        f"CALLGATE_TENANTS={' '.join(bundle.tenants)}",
+        f"CALLGATE_TENANTS={','.join(bundle.tenants)}",
         "",
         "# Each login's URL (Redis at " + redis_address + "; docker-compose.yml builds its own).",
         "# REDIS_URL is the workers' (every Procfile process); the others are for the CLI,",
