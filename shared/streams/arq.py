@@ -43,6 +43,10 @@ worker that died only after the longest job timeout + 10 s, so this bounds how l
 SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
 
 
+HEALTH_CHECK_S = 10
+"""How often each arq worker records its health (``<queue>:health-check``, kept one second
+longer): `callgate doctor` takes the ingress as live while the record is there."""
+
 REFUSALS: tuple[type[Exception], ...] = (AuthError, RunSpecError, ConflictError, NotFoundError)
 """What a job may end with by design: the job fails with the reason, and nothing was done."""
 
@@ -119,6 +123,7 @@ def create_worker(
         handle_signals=False,
         job_completion_wait=max(1, round(settings.shutdown_grace_s)),
         job_timeout=JOB_TIMEOUT_S,
+        health_check_interval=HEALTH_CHECK_S,
         poll_delay=0.05 if burst else 0.2,
         job_serializer=job_serializer,
         job_deserializer=job_deserializer,
