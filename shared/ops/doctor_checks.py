@@ -5,8 +5,9 @@
   Security table says — probed with commands that change nothing whether Redis allows them
   or not (a read of a key that does not exist, a DEL of one, CONFIG GET).  And a client with
   no user at all is refused.
-* **Live workers**: every stream worker kind has a consumer in its group that read within
-  `LIVE_IDLE_MS`; the ingress (arq) has recorded its health within its interval
+* **Live workers**: every stream worker kind has a consumer that said it is alive within
+  `LIVE_IDLE_MS` (`callgate.streams.upkeep.announce`); the ingress (arq) has recorded its
+  health within its interval
   (`callgate.streams.arq.HEALTH_CHECK_S`).
 * **Clocks**: Redis's TIME and this machine's agree within `CLOCK_SKEW_S` (signatures' ``iat``
   and ``exp``, deadlines and approval expiry compare the two).
@@ -24,7 +25,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError, ResponseErr
 
 from callgate.config import Settings
 from callgate.jobs import queue_name
-from callgate.keys import STREAM_KINDS, Keys
+from callgate.keys import Keys
 from callgate.logs import mask_url_password
 from callgate.ops import exits
 from callgate.ops.stack import WORKERS
@@ -32,8 +33,7 @@ from callgate.ops.stack import WORKERS
 Check = tuple[bool, str]
 REDIS_TIMEOUT_S = 2.0
 LIVE_IDLE_MS = 10_000
-"""A consumer that has not read for this long is taken as gone (a live one reads every
-``read_block_ms``)."""
+"""A consumer silent this long is taken as gone (a live one speaks every two seconds)."""
 CLOCK_SKEW_S = 2.0
 PROBE = "doctor-probe"
 """The run id the probes name: no run has it, so nothing they touch exists."""
@@ -133,15 +133,9 @@ async def check_no_anonymous(url: str) -> Check:
 
 
 async def _live_consumers(client: aioredis.Redis, keys: Keys, group: str) -> int:
-    live = 0
-    for kind in STREAM_KINDS:
-        for stream in keys.streams(kind):
-            try:
-                consumers = await client.xinfo_consumers(stream, group)
-            except ResponseError:  # no such stream or group: this kind does not read it
-                continue
-            live += sum(1 for c in consumers if int(c["idle"]) < LIVE_IDLE_MS)
-    return live
+    """How many consumers of ``group`` said they were alive within `LIVE_IDLE_MS`."""
+    since_ms = time.time() * 1000 - LIVE_IDLE_MS
+    return len(await client.zrangebyscore(keys.consumers(group), since_ms, "+inf"))
 
 
 async def check_workers(settings: Settings) -> list[Check]:
@@ -182,13 +176,16 @@ async def check_workers(settings: Settings) -> list[Check]:
 
 
 async def check_clock(settings: Settings) -> Check:
-    """Whether Redis's clock and this machine's agree."""
+    """Whether Redis's clock and this machine's agree (INFO, which the workers' login has)."""
     client = client_of(settings.redis_url)
     try:
-        seconds, micros = await client.time()
+        usec = (await client.info("server")).get("server_time_usec")
+        if usec is None:  # older than Redis 7.0
+            seconds, micros = await client.time()
+            usec = seconds * 1_000_000 + micros
     finally:
         await client.aclose()
-    skew = time.time() - (seconds + micros / 1e6)
+    skew = time.time() - int(usec) / 1e6
     if abs(skew) > CLOCK_SKEW_S:
         return False, (
             f"this machine's clock is {skew:+.1f} s off Redis's: sync both (NTP) — "
