@@ -106,8 +106,9 @@ def next_steps(directory: Path, bundle: Bundle, submitter: str) -> list[str]:
         " .env (Redis passwords)",
         "next (README: Deploy):",
         f"  1. Redis, locked down:  docker compose --env-file {env} up -d redis",
-        "     or: set -a; . " + str(env) + "; set +a; sh deploy/redis/acl.sh deploy/redis/users.acl"
-        " > users.acl; redis-server deploy/redis/redis.conf --aclfile $PWD/users.acl",
+        f"     or: set -a; . {env}; set +a; sh deploy/redis/acl.sh deploy/redis/users.acl"
+        f" > {directory}/users.acl; redis-server deploy/redis/redis.conf --aclfile"
+        f" {directory}/users.acl --dir {directory}",
         f"  2. the workers:  docker compose --env-file {env} up -d",
         f"     or: honcho -e {env} start {WORKER_NAMES}",
         f"  3. submit as {submitter}: REDIS_URL=$SUBMITTERS_REDIS_URL callgate run … "
@@ -167,6 +168,30 @@ def add_command(sub: Any) -> None:
         epilog="exit codes: 0 written; 1 could not write; 2 usage; 3 DIR holds a bundle already",
     )
     init.add_argument("dir", metavar="DIR", help="where the bundle goes (made 0700)")
+    _add_entries(init)
+    init.add_argument(
+        "--slack",
+        action="store_true",
+        help="the Slack bot's delegate key, signing for every person",
+    )
+    init.add_argument(
+        "--redis",
+        default="127.0.0.1:6379",
+        metavar="HOST:PORT",
+        help="where Redis listens, for the logins' URLs (default: %(default)s)",
+    )
+    init.add_argument(
+        "--tools",
+        default=",".join(DEMO_TOOL_MODULES),
+        metavar="MODULES",
+        help="the tool modules every worker imports (default: the demo's)",
+    )
+    init.add_argument("--force", action="store_true", help="replace a bundle in DIR")
+    init.set_defaults(deploy_handler=cmd_init, entries=None)
+
+
+def _add_entries(init: argparse.ArgumentParser) -> None:
+    """``--service``/``--person`` and the options that belong to the one before them."""
     init.add_argument(
         "--service",
         action=_Start,
@@ -200,22 +225,3 @@ def add_command(sub: Any) -> None:
     init.add_argument(
         "--role", action=_Detail, const="person", metavar="ROLE", help="a role of that person"
     )
-    init.add_argument(
-        "--slack",
-        action="store_true",
-        help="the Slack bot's delegate key, signing for every person",
-    )
-    init.add_argument(
-        "--redis",
-        default="127.0.0.1:6379",
-        metavar="HOST:PORT",
-        help="where Redis listens, for the logins' URLs (default: %(default)s)",
-    )
-    init.add_argument(
-        "--tools",
-        default=",".join(DEMO_TOOL_MODULES),
-        metavar="MODULES",
-        help="the tool modules every worker imports (default: the demo's)",
-    )
-    init.add_argument("--force", action="store_true", help="replace a bundle in DIR")
-    init.set_defaults(deploy_handler=cmd_init, entries=None)

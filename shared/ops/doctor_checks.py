@@ -75,14 +75,15 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 
 
 def client_of(url: str) -> aioredis.Redis:
-    return aioredis.Redis.from_url(
+    client: aioredis.Redis = aioredis.Redis.from_url(
         url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
     )
+    return client
 
 
 async def _allowed(client: aioredis.Redis, command: tuple[str, ...]) -> bool:
     try:
-        await client.execute_command(*command)
+        await client.execute_command(*command)  # type: ignore[no-untyped-call]
     except NoPermissionError:
         return False
     return True

@@ -55,8 +55,11 @@ class Host:
 
     def machine(self, **extra: str) -> dict[str, str]:
         """This machine's environment, none of the test session's callgate settings."""
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith(("CALLGATE_", "REDIS_", "OPENAI_", "ANTHROPIC_"))}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CALLGATE_", "REDIS_", "OPENAI_", "ANTHROPIC_"))
+        }
         base["PATH"] = f"{BIN}{os.pathsep}{base.get('PATH', '')}"
         return {**base, "CALLGATE_HOME": str(self.home), **extra}
 
@@ -70,14 +73,25 @@ class Host:
 def _standins(tmp: Path, supervisor: list[subprocess.Popen[bytes]]) -> dict[str, str]:
     """The scripted model and the booking service, as README's first try starts them."""
     model, booking = free_port(), free_port()
-    for argv in (["callgate.standins.scripted_model", "--port", str(model)],
-                 ["callgate.standins.demo.booking_service", "--port", str(booking)]):
-        supervisor.append(subprocess.Popen([sys.executable, "-m", *argv], cwd=tmp,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for argv in (
+        ["callgate.standins.scripted_model", "--port", str(model)],
+        ["callgate.standins.demo.booking_service", "--port", str(booking)],
+    ):
+        supervisor.append(
+            subprocess.Popen(
+                [sys.executable, "-m", *argv],
+                cwd=tmp,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     for port in (model, booking):
         _until(lambda p=port: _answers(f"http://127.0.0.1:{p}/"), "a stand-in to listen")
-    return {"OPENAI_BASE_URL": f"http://127.0.0.1:{model}/v1", "OPENAI_API_KEY": "scripted-local",
-            "CALLGATE_BOOKING_URL": f"http://127.0.0.1:{booking}"}
+    return {
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{model}/v1",
+        "OPENAI_API_KEY": "scripted-local",
+        "CALLGATE_BOOKING_URL": f"http://127.0.0.1:{booking}",
+    }
 
 
 def _answers(url: str) -> bool:
@@ -151,8 +165,11 @@ def _carol(host: Host) -> dict[str, str]:
     (home / "keys").mkdir(parents=True, mode=0o700, exist_ok=True)
     shutil.copyfile(host.bundle / "secrets" / "carol.pem", home / "keys" / "carol.pem")
     (home / "keys" / "carol.pem").chmod(0o600)
-    return {"CALLGATE_HOME": str(home), "REDIS_URL": host.env["APPROVERS_REDIS_URL"],
-            "CALLGATE_KEY_PREFIX": "cg"}
+    return {
+        "CALLGATE_HOME": str(home),
+        "REDIS_URL": host.env["APPROVERS_REDIS_URL"],
+        "CALLGATE_KEY_PREFIX": "cg",
+    }
 
 
 def _as_carol(host: Host, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -172,8 +189,12 @@ async def _settled(host: Host, run_id: str) -> dict[str, object]:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             view = await client.view(run_id)
-            if view["status"] not in ("paused_approval", "executing", "awaiting_model",
-                                      "validating"):
+            if view["status"] not in (
+                "paused_approval",
+                "executing",
+                "awaiting_model",
+                "validating",
+            ):
                 return view
             await asyncio.sleep(0.1)
     raise AssertionError(f"{run_id} did not settle")
@@ -183,17 +204,39 @@ def test_from_an_empty_host_to_a_first_approved_write(host: Host) -> None:
     submitted = host.callgate(*RUN, REDIS_URL=host.env["SUBMITTERS_REDIS_URL"])
     assert submitted.returncode == 4, submitted.stdout + submitted.stderr  # paused for carol
     run_id = json.loads(submitted.stdout)["run_id"]
-    status = json.loads(host.callgate("status", run_id, "--json",
-                                      REDIS_URL=host.env["SUBMITTERS_REDIS_URL"]).stdout)
+    status = json.loads(
+        host.callgate("status", run_id, "--json", REDIS_URL=host.env["SUBMITTERS_REDIS_URL"]).stdout
+    )
     assert status["vouched_by"] == "service:frontdesk", status
     listed = _as_carol(host, "approvals", "--json")
     assert listed.returncode == 0, listed.stderr
     [approval] = [a for a in json.loads(listed.stdout) if a["run_id"] == run_id]
     approved = _as_carol(host, "approve", approval["approval_id"], "--as", "carol")
     assert approved.returncode == 0, approved.stdout + approved.stderr
-    view = asyncio.run(_settled(host, run_id))
-    assert view["status"] == "completed", view
+    assert asyncio.run(_settled(host, run_id))["status"] == "completed"
+    shown = host.callgate("view", run_id, "--json", REDIS_URL=host.env["SUBMITTERS_REDIS_URL"])
+    view = json.loads(shown.stdout)
+    assert view["status"] == "completed" and view["calls"][0]["state"] == "succeeded", view
     assert _reserve_requests(host) == 1, "the approved write was sent exactly once"
+
+
+def test_readme_deploy_says_what_these_tests_do() -> None:
+    """The commands above are README's, word for word (continuation lines joined)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Deploy") : readme.index("## Architecture")]
+    text = " ".join(section.replace("\\\n", " ").split())
+    for command in (
+        ["callgate", INIT[0], INIT[1], "./deployment", *INIT[2:]],
+        ["sh", "deploy/redis/acl.sh", "deploy/redis/users.acl"],
+        ["honcho", "-e", "deployment/.env", "start", *WORKERS],
+        ["callgate", *RUN[: RUN.index("--timeout")]],
+        ["callgate", "approve", "APPROVAL_ID", "--as", "carol"],
+    ):
+        assert _unquoted(" ".join(command)) in _unquoted(text), command
+
+
+def _unquoted(text: str) -> str:
+    return text.replace("'", "").replace('"', "")
 
 
 def _doctor(host: Host, **env: str) -> tuple[int, list[str], list[str]]:
