@@ -18,6 +18,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.entries import SECTIONS, Kind, make_entry, parse_attributes
+from callgate.auth.keyring import LocalKeyring
 from callgate.auth.keys import new_private_key, public_key_text
 from callgate.auth.trust import ANY, trust_from_document
 from callgate.errors import TrustConfigError
@@ -83,6 +84,8 @@ def build(entries: Sequence[Entry], slack: bool) -> Bundle:
         raise ValueError(
             f"each name once: {', '.join(sorted({n for n in names if names.count(n) > 1}))}"
         )
+    for name in names:
+        LocalKeyring(Path()).key_path(name)  # a key name is a file name: ValueError if unsafe
     keys = {name: new_private_key() for name in names}
     trust: dict[str, Any] = {section: {} for section in SECTIONS.values()}
     people = [entry.name for entry in entries if entry.kind == "person"]

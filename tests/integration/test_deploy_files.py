@@ -144,6 +144,7 @@ def test_deploy_init_writes_a_bundle_and_never_prints_a_private_key(
     ["--service", "x", "--attribute", "tenant"],    # not KEY=VALUE
     ["--service", "x", "--attribute", "tenant=Acme"],  # not a tenant name
     ["--service", "x", "--person", "x"],            # one name twice
+    ["--service", "../x"],                          # a name that is not a file name
 ])  # fmt: skip
 def test_deploy_init_refuses_what_the_trust_file_could_not_hold(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
