@@ -239,6 +239,26 @@ def _unquoted(text: str) -> str:
     return text.replace("'", "").replace('"', "")
 
 
+async def _submitted_by_client(host: Host) -> dict[str, object]:
+    """README step 5 from Python: `CallgateClient` with the service's own key and login."""
+    key = host.bundle / "secrets" / "frontdesk.pem"
+    settings = Settings(redis_url=host.env["SUBMITTERS_REDIS_URL"], key_prefix="cg",
+                        submitter="frontdesk", signing_key=key, home=host.home,
+                        trust_file=host.bundle / "trust.json")  # fmt: skip
+    async with CallgateClient(settings) as client:
+        run_id = await client.submit({"api": "openai-chat", "model": "workshop-reserve",
+                                      "input": "Reserve a seat at ws-101 for p-alice",
+                                      "identity": {"user": "alice"},
+                                      "allowed_tools": ["reserve_seat"]})  # fmt: skip
+        await client.wait(run_id, 30)
+        return await client.status(run_id)
+
+
+def test_another_service_submits_with_callgate_client(host: Host) -> None:
+    status = asyncio.run(_submitted_by_client(host))
+    assert (status["status"], status["vouched_by"]) == ("paused_approval", "service:frontdesk")
+
+
 def _doctor(host: Host, **env: str) -> tuple[int, list[str], list[str]]:
     done = host.callgate("doctor", **env)
     return done.returncode, done.stdout.splitlines(), done.stderr.splitlines()

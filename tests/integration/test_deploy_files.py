@@ -67,6 +67,7 @@ def test_every_procfile_process_is_a_compose_service_with_the_same_variables_and
         assert "callgate_trust" in service["secrets"], name
         if login == "workers":
             assert str(env["CALLGATE_TOOL_MODULES"]).startswith("${CALLGATE_TOOL_MODULES:?")
+    assert services["redis"]["env_file"].endswith("}/.env")  # every tenant's password too
     bot = _environment(services["slack_approvals"])
     assert (bot["CALLGATE_SUBMITTER"], bot["CALLGATE_SIGNING_KEY"]) == (
         "slack", "/run/secrets/callgate_slack_key")  # fmt: skip
