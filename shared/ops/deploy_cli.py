@@ -86,6 +86,9 @@ def _write(directory: Path, bundle: Bundle, env: str, force: bool) -> None:
             exits.CONFLICT,
         )
     ensure_private_dir(directory)
+    for stale in (directory / "secrets").glob("*.pem"):  # --force: the old bundle's keys go
+        if stale.stem not in bundle.keys:
+            stale.unlink()
     for name, key in bundle.keys.items():
         write_private_key(directory / "secrets" / f"{name}.pem", key, overwrite=force)
     trust_file = directory / "trust.json"

@@ -136,6 +136,7 @@ def test_deploy_init_writes_a_bundle_and_never_prints_a_private_key(
     assert (directory / "trust.json").read_bytes() == before
     code, _ = _deploy_init(tmp_path, "--service", "other", "--force")
     assert code == 0 and "other" in load_trust(directory / "trust.json").submitters
+    assert sorted(p.name for p in (directory / "secrets").iterdir()) == ["other.pem"]
 
 
 @pytest.mark.parametrize("argv", [
