@@ -5,10 +5,9 @@
   Security table says — probed with commands that change nothing whether Redis allows them
   or not (a read of a key that does not exist, a DEL of one, CONFIG GET).  And a client with
   no user at all is refused.
-* **Live workers**: every stream worker kind has a consumer that said it is alive within
-  `LIVE_IDLE_MS` (`callgate.streams.upkeep.announce`); the ingress (arq) has recorded its
-  health within its interval
-  (`callgate.streams.arq.HEALTH_CHECK_S`).
+* **Live workers**: every worker kind has a process that said it is alive within
+  `LIVE_IDLE_MS` (`callgate.streams.upkeep.announce`, which the stream workers and the arq
+  ingress run).
 * **Clocks**: Redis's TIME and this machine's agree within `CLOCK_SKEW_S` (signatures' ``iat``
   and ``exp``, deadlines and approval expiry compare the two).
 """
@@ -24,7 +23,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from callgate.config import Settings
-from callgate.jobs import queue_name
 from callgate.keys import Keys
 from callgate.logs import mask_url_password
 from callgate.ops import exits
@@ -134,25 +132,20 @@ async def check_no_anonymous(url: str) -> Check:
 
 
 async def _live_consumers(client: aioredis.Redis, keys: Keys, group: str) -> int:
-    """How many consumers of ``group`` said they were alive within `LIVE_IDLE_MS`."""
+    """How many processes of ``group`` said they were alive within `LIVE_IDLE_MS`."""
     since_ms = time.time() * 1000 - LIVE_IDLE_MS
     return len(await client.zrangebyscore(keys.consumers(group), since_ms, "+inf"))
 
 
 async def check_workers(settings: Settings) -> list[Check]:
-    """One line per worker kind: whether it has a live consumer (the ingress: a recent
-    health record)."""
+    """One line per worker kind: whether a process of it is alive."""
     keys = Keys(settings.key_prefix, settings.partitions)
     client = client_of(settings.redis_url)
     lines: list[Check] = []
     try:
         for kind in WORKERS:
-            if kind == "ingress":
-                live = int(await client.exists(queue_name(settings) + ":health-check"))
-                what = "recorded its health"
-            else:
-                live = await _live_consumers(client, keys, kind)
-                what = f"live consumer{'s' if live != 1 else ''}"
+            live = await _live_consumers(client, keys, kind)
+            what = f"live process{'es' if live != 1 else ''}"
             ok = live > 0
             lines.append(
                 (

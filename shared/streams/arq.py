@@ -29,11 +29,14 @@ from arq.cron import CronJob
 from arq.worker import Function, Worker
 
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecError
 from callgate.jobs import job_deserializer, job_serializer, redis_settings
+from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, backoff_s
-from callgate.streams.service import Runtime, build_runtime, open_tool_sources
+from callgate.streams.service import Runtime, build_runtime, consumer_name, open_tool_sources
+from callgate.streams.upkeep import announce
 
 log = logging.getLogger("callgate.arq")
 
@@ -42,10 +45,6 @@ JOB_TIMEOUT_S = 10
 worker that died only after the longest job timeout + 10 s, so this bounds how long a
 SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
 
-
-HEALTH_CHECK_S = 10
-"""How often each arq worker records its health (``<queue>:health-check``, kept one second
-longer): `callgate doctor` takes the ingress as live while the record is there."""
 
 REFUSALS: tuple[type[Exception], ...] = (AuthError, RunSpecError, ConflictError, NotFoundError)
 """What a job may end with by design: the job fails with the reason, and nothing was done."""
@@ -123,7 +122,6 @@ def create_worker(
         handle_signals=False,
         job_completion_wait=max(1, round(settings.shutdown_grace_s)),
         job_timeout=JOB_TIMEOUT_S,
-        health_check_interval=HEALTH_CHECK_S,
         poll_delay=0.05 if burst else 0.2,
         job_serializer=job_serializer,
         job_deserializer=job_deserializer,
@@ -143,11 +141,25 @@ async def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop, sig, workers, stopped)
-    await asyncio.gather(*(
+    serving = asyncio.gather(*(
         _keep_serving(functools.partial(create_worker, settings, queue, service, burst=burst),
                       workers, stopped)
         for queue in queues
     ))
+    if burst:
+        await serving
+        return
+    # Like the stream workers, say that this process is alive (`callgate doctor` reads it).
+    client = redis_client(settings.redis_url)
+    key = Keys(settings.key_prefix).consumers(service)
+    presence = asyncio.create_task(announce(client, key, consumer_name(service)))
+    try:
+        await serving
+    finally:
+        presence.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await presence
+        await client.aclose()
 
 
 def _stop(sig: signal.Signals, workers: list[Worker], stopped: asyncio.Event) -> None:

@@ -268,7 +268,8 @@ def test_doctor_is_all_ok_then_names_each_planted_fault(host: Host) -> None:
     code, ok, bad = _doctor(host)
     assert (code, bad) == (0, []), "\n".join(ok + bad)
     assert any("Redis login approvers" in line for line in ok), ok
-    assert any("model_turn: 1 live consumer" in line for line in ok), ok
+    assert any("model_turn: 1 live process" in line for line in ok), ok
+    assert any("ingress: 1 live process" in line for line in ok), ok
     wrong = host.env["APPROVERS_REDIS_URL"].replace(host.env["REDIS_APPROVERS_PASSWORD"], "0" * 64)
     code, _, bad = _doctor(host, APPROVERS_REDIS_URL=wrong)
     assert code == 1 and len(bad) == 1 and "approvers" in bad[0], bad

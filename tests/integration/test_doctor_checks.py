@@ -70,5 +70,5 @@ async def test_a_worker_kind_nobody_serves_is_named(settings: Settings) -> None:
     finally:
         alive.cancel()
         await client.aclose()
-    assert lines[1] == (True, "model_turn: 1 live consumer"), lines
+    assert lines[1] == (True, "model_turn: 1 live process"), lines
     assert not lines[2][0], "the validator still has none"
