@@ -118,8 +118,9 @@ class Keys:
         return [self.stream(kind, p) for p in range(self.partitions)]
 
     def consumers(self, group: str) -> str:
-        """The live consumers of ``group`` (a worker kind): consumer → when it last said so
-        (ms), for `callgate doctor`.  One key, no partition: it names processes, not runs."""
+        """The processes of worker kind ``group`` that say they are alive: consumer name →
+        when it last said so (ms), for `callgate doctor`.  One key, no partition: it names
+        processes, not runs."""
         return f"{self.prefix}:consumers:{group}"
 
     def dead_letter(self, partition: int) -> str:
