@@ -11,7 +11,8 @@ is the ledger's create-once step: the run record, its first history item, its de
 and ``TurnRequest(turn=1)`` on the turns stream land in one guarded atomic step, and a second
 start of the same run id is a no-op however it arrives (arq is at-least-once) — if it is the
 same request: the record keeps a hash of the spec and verified identity, and a start that
-differs fails with `SpecConflictError`.
+differs fails with `SpecConflictError`.  A refused job (untrusted, a bad spec, a conflict) is
+one warning with the reason in this worker's log (`callgate.streams.arq.logging_refusals`).
 
 ``python -m callgate.services.ingress [--burst]``; SIGTERM/SIGINT let a running job finish for
 up to ``shutdown_grace_s``, then stop (`callgate.streams.arq`).
@@ -121,18 +122,14 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
 async def _admitted(rt: Runtime, start: StartJob, run_id: str) -> Admitted:
     """`admit`, and an identity token's one use recorded: a second run with it is refused (the
     same run again, a redelivered job, finds its own record)."""
-    try:
-        admitted = admit(start, run_id, rt.trust.current(), now=now_ms() / 1000,
-                         token_max_age_s=rt.settings.identity_token_max_age_s)
-        use = admitted.token_use
-        if use is not None and run_id != await rt.ledger.use_identity_token(
-            use.token_id, run_id, use.expires_ms
-        ):
-            raise AuthError("identity token already used: each starts one run; "
-                            "get a new one from the identity provider")
-    except AuthError as exc:
-        log.warning("start job refused", extra=log_fields(run_id=run_id, reason=exc.reason))
-        raise
+    admitted = admit(start, run_id, rt.trust.current(), now=now_ms() / 1000,
+                     token_max_age_s=rt.settings.identity_token_max_age_s)
+    use = admitted.token_use
+    if use is not None and run_id != await rt.ledger.use_identity_token(
+        use.token_id, run_id, use.expires_ms
+    ):
+        raise AuthError("identity token already used: each starts one run; "
+                        "get a new one from the identity provider")
     return admitted
 
 
@@ -146,7 +143,6 @@ async def _same_request(rt: Runtime, run: RunRecord) -> None:
     existing = await rt.ledger.get_run(run.run_id)
     if existing is None or existing.spec_hash in (None, run.spec_hash):
         return
-    log.warning("start job conflicts with the existing run", extra=log_fields(run_id=run.run_id))
     raise SpecConflictError(run.run_id)
 
 

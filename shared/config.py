@@ -146,6 +146,11 @@ class Settings(BaseSettings):
         description="The deployment's trust configuration (submitters, people, delegates, "
         "issuers); default: HOME/trust.json.",
     )
+    deploy_dir: Path | None = Field(
+        default=None,
+        description="The bundle `callgate deploy init DIR` wrote (trust.json, secrets/, .env): "
+        "`callgate doctor` checks its keys against the trust file.",
+    )
     submitter: str = Field(
         default="local",
         description="The key id this process signs the runs it submits with.",

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from callgate.auth.tokens import check_grant, verify_submission
 from callgate.clock import now_ms
-from callgate.errors import AuthError, NotFoundError, RunBusyError, RunSpecError
+from callgate.errors import NotFoundError, RunBusyError, RunSpecError
 from callgate.jobs import ReplyJob
 from callgate.ledger.steps import items_json
 from callgate.logs import log_fields
@@ -60,13 +60,10 @@ async def reply_run(ctx: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     if run is None:
         raise NotFoundError(f"no run {job.run_id}")
     trust = rt.trust.current()
-    try:
-        sender = verify_submission(job.token, trust, run_id=job.run_id, spec=job.signed_part(),
-                                   now=now_ms() / 1000)
-        check_grant(trust, sender, run.identity)
-    except AuthError as exc:
-        log.warning("reply refused", extra=log_fields(run_id=job.run_id, reason=exc.reason))
-        raise
+    # A refusal is logged once, with the reason, by `callgate.streams.arq.logging_refusals`.
+    sender = verify_submission(job.token, trust, run_id=job.run_id, spec=job.signed_part(),
+                               now=now_ms() / 1000)
+    check_grant(trust, sender, run.identity)
     if await rt.ledger.applied_once(job.run_id, reply_key(job.reply_id)):
         return {"run_id": job.run_id, "admitted": False, "detail": "admitted already"}
     if run.status != RunState.COMPLETED:

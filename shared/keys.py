@@ -117,6 +117,12 @@ class Keys:
     def streams(self, kind: str) -> list[str]:
         return [self.stream(kind, p) for p in range(self.partitions)]
 
+    def consumers(self, group: str) -> str:
+        """The processes of worker kind ``group`` that say they are alive: consumer name →
+        when it last said so (ms), for `callgate doctor`.  One key, no partition: it names
+        processes, not runs."""
+        return f"{self.prefix}:consumers:{group}"
+
     def dead_letter(self, partition: int) -> str:
         return f"{self.tag(partition)}:dead"
 

@@ -81,8 +81,10 @@ def trust_of(settings: Settings) -> TrustConfig:
 
 
 def signer_of(settings: Settings, name: str | None = None) -> Signer:
-    """The key this process signs with: ``name``'s in the local keyring, else the submitter's
-    (``CALLGATE_SIGNING_KEY`` when set).  `KeyFileError` says what to do when it is missing."""
-    if name is None and settings.signing_key is not None:
+    """The key this process signs with: its own (``CALLGATE_SUBMITTER``, from
+    ``CALLGATE_SIGNING_KEY`` when set: a service's key, or the Slack bot's delegate key in a
+    deployment) when ``name`` is None or that name, else ``name``'s in the local keyring.
+    `KeyFileError` says what to do when it is missing."""
+    if name in (None, settings.submitter) and settings.signing_key is not None:
         return Signer(settings.submitter, read_private_key(settings.signing_key))
     return LocalKeyring(settings.home).signer(name or settings.submitter)

@@ -109,11 +109,17 @@ class LocalKeyring:
         """Make ``name``'s key and return its path and the one-line trust entry the deployment
         must register; this keyring's trust file is left alone.  An existing key is replaced
         only with ``overwrite`` (FileExistsError otherwise): its owner's trust entries die."""
+        path, public_key = self.new_key(name, overwrite=overwrite)
+        entry = {"roles": list(roles), "public_key": public_key}
+        return path, f"{json.dumps(name)}: {json.dumps(entry)}"
+
+    def new_key(self, name: str, *, overwrite: bool = False) -> tuple[Path, str]:
+        """Make ``name``'s private key here; its path and public key text.  FileExistsError
+        when it has one and ``overwrite`` is false."""
         path = self.key_path(name)
         key = new_private_key()
         write_private_key(path, key, overwrite=overwrite)
-        entry = {"roles": list(roles), "public_key": public_key_text(key)}
-        return path, f"{json.dumps(name)}: {json.dumps(entry)}"
+        return path, public_key_text(key)
 
     def key_names(self) -> list[str]:
         """The names that have a private key here, sorted (temporary files are not keys)."""

@@ -1,16 +1,21 @@
-"""`callgate keys new` / `keys list`: a person's signing key, and what the deployment registers.
+"""`callgate keys new` / `keys list`: a signing key, and what the deployment registers for it.
 
-    callgate keys new NAME [--role ROLE ...] [--force] [--json]
+    callgate keys new NAME [--role ROLE ...] [--force] [--json]          # a person
+    callgate keys new NAME --submitter [--grant ROLE ...] [--attribute KEY=VALUE ...]
+    callgate keys new NAME --delegate --signs-for PERSON [--signs-for PERSON ...]
     callgate keys list [--json]
 
 The key lives in the local keyring (``$CALLGATE_HOME/keys/NAME.pem``, default ``~/.callgate``,
 mode 0600).  A key counts only once the deployment lists its public key for NAME in the trust
 file, so `new` leaves every trust file alone and prints, on stdout, exactly what to register:
-the public key (``ed25519:…``) and the one-line entry for the trust file's ``people``.  `list`
-shows names and public keys, never private material.
+the public key (``ed25519:…``) and the one-line entry for the trust file's ``people`` (a
+person, the default), ``submitters`` (a service that submits runs, with the roles it may grant
+and the identity fields it may assert, e.g. ``--attribute tenant=acme``) or ``delegates`` (a
+service such as the Slack bot that signs for the people it authenticated).  `list` shows names
+and public keys, never private material.
 
-Exit codes: 0 done; 1 the keyring cannot be read or written; 2 usage (a name or role that
-cannot be used); 3 conflict (NAME already has a key: an existing key is replaced only with
+Exit codes: 0 done; 1 the keyring cannot be read or written; 2 usage (a name, role or option
+that cannot be used); 3 conflict (NAME already has a key: an existing key is replaced only with
 ``--force``, because replacing it silently locks its owner out of every trust file that lists
 the old one).  Every error is one line on stderr saying what to do.
 """
@@ -19,20 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-from collections.abc import Sequence
 from typing import Any
 
+from callgate.auth.entries import SECTIONS, Kind, entry_line, make_entry, parse_attributes
 from callgate.auth.keyring import LocalKeyring, default_home
-from callgate.auth.keys import public_key_text, read_private_key
+from callgate.auth.keys import new_private_key, public_key_text, read_private_key
 from callgate.errors import KeyFileError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_CONFLICT = 3
-_ROLE = re.compile(r"\S{1,128}")
-"""A role is one word: tokens and claims carry roles space-separated."""
 
 
 class KeysCommandError(Exception):
@@ -51,27 +53,37 @@ def _public_key_of(keyring: LocalKeyring, name: str) -> str:
         return f"(unreadable: {exc})"
 
 
-def _checked_roles(roles: Sequence[str]) -> list[str]:
-    """The roles once each, in order; a role the trust file could not carry is a usage error."""
-    for role in roles:
-        if not _ROLE.fullmatch(role):
-            raise KeysCommandError(
-                f"{role!r} is not a role: use one word without spaces, e.g. --role finance",
-                EXIT_USAGE,
-            )
-    return list(dict.fromkeys(roles))
+def kind_and_fields(args: argparse.Namespace) -> tuple[Kind, dict[str, Any]]:
+    """Which kind of key the flags ask for, and its entry's fields; a flag of another kind is
+    a usage error rather than something silently left out of the entry."""
+    kind: Kind = "submitter" if args.submitter else "delegate" if args.delegate else "person"
+    given = {"submitter": bool(args.grant or args.attribute), "person": bool(args.role),
+             "delegate": bool(args.signs_for)}
+    flags = {"submitter": "--grant/--attribute", "person": "--role", "delegate": "--signs-for"}
+    for other, used in given.items():
+        if used and other != kind:
+            raise KeysCommandError(f"{flags[other]} is for a {other}'s key, not a {kind}'s "
+                                   f"(see `callgate keys new --help`)", EXIT_USAGE)
+    try:
+        fields: dict[str, Any] = {"grants": args.grant or [], "roles": args.role or [],
+                                  "signs_for": args.signs_for or [],
+                                  "attributes": parse_attributes(args.attribute or [])}
+        make_entry(kind, public_key_text(new_private_key()), fields)  # checked before any key
+    except ValueError as exc:
+        raise KeysCommandError(str(exc), EXIT_USAGE) from None
+    return kind, fields
 
 
-def make_key(keyring: LocalKeyring, name: str, roles: Sequence[str], force: bool) -> dict[str, Any]:
+def make_key(keyring: LocalKeyring, name: str, kind: Kind, fields: dict[str, Any],
+             force: bool) -> dict[str, Any]:
     """Make ``name``'s key; what the deployment must register, and the key it replaced."""
     try:
         path = keyring.key_path(name)
     except ValueError as exc:
         raise KeysCommandError(str(exc), EXIT_USAGE) from None
-    checked = _checked_roles(roles)
     replaced = _public_key_of(keyring, name) if path.exists() else None
     try:
-        path, snippet = keyring.new_person(name, checked, overwrite=force)
+        path, public_key = keyring.new_key(name, overwrite=force)
     except FileExistsError:
         raise KeysCommandError(
             f"{name} already has a key ({path}, public key {_public_key_of(keyring, name)}): "
@@ -79,15 +91,18 @@ def make_key(keyring: LocalKeyring, name: str, roles: Sequence[str], force: bool
             "old key must then be updated)",
             EXIT_CONFLICT,
         ) from None
-    entry = json.loads("{" + snippet + "}")[name]
-    return {"name": name, "key_file": str(path), "public_key": entry["public_key"],
-            "trust_entry": snippet, "people": {name: entry}, "replaced": replaced}
+    entry = make_entry(kind, public_key, fields)
+    section = SECTIONS[kind]
+    return {"name": name, "kind": kind, "section": section, "key_file": str(path),
+            "public_key": public_key, "trust_entry": entry_line(name, entry),
+            section: {name: entry}, "replaced": replaced}
 
 
 def cmd_new(args: argparse.Namespace) -> int:
     """Print the public key and the trust entry on stdout; the advice goes to stderr."""
     keyring = LocalKeyring(default_home())
-    made = make_key(keyring, args.name, args.role or [], args.force)
+    kind, fields = kind_and_fields(args)
+    made = make_key(keyring, args.name, kind, fields, args.force)
     if args.json:
         print(json.dumps(made))
     else:
@@ -96,9 +111,11 @@ def cmd_new(args: argparse.Namespace) -> int:
     if made["replaced"] is not None:
         print(f"replaced {made['name']}'s key; the old public key {made['replaced']} no longer "
               "signs for them: update every trust file that lists it", file=sys.stderr)
-    print(f"made {made['key_file']} (0600). To trust it, add the entry above to \"people\" in "
-          f"the deployment's trust file (this machine's: {keyring.trust_file}).",
-          file=sys.stderr)
+    where = ("give its service CALLGATE_SUBMITTER=" + made["name"] + " and CALLGATE_SIGNING_KEY="
+             f"{made['key_file']}. " if kind == "submitter" else "")
+    print(f"made {made['key_file']} (0600). {where}To trust it, add the entry above to "
+          f"\"{made['section']}\" in the deployment's trust file (this machine's: "
+          f"{keyring.trust_file}).", file=sys.stderr)
     return 0
 
 
@@ -142,9 +159,20 @@ def add_command(sub: Any) -> None:
     keys.set_defaults(handler=run)
     actions = keys.add_subparsers(dest="keys_command", metavar="{new,list}", required=True)
     new = actions.add_parser("new", help="make NAME's key pair and print what to register")
-    new.add_argument("name", help="the person's name, their key id in the trust file")
+    new.add_argument("name", help="its key id in the trust file (a person's or service's name)")
+    kind = new.add_mutually_exclusive_group()
+    kind.add_argument("--submitter", action="store_true",
+                      help="a service that submits runs (an entry for \"submitters\")")
+    kind.add_argument("--delegate", action="store_true",
+                      help="a service that signs for people, e.g. the Slack bot (\"delegates\")")
     new.add_argument("--role", action="append", metavar="ROLE",
-                     help="a role for the trust entry (repeat for more)")
+                     help="a person's role (repeat for more)")
+    new.add_argument("--grant", action="append", metavar="ROLE",
+                     help="a role the submitter may put into an identity ('*': any)")
+    new.add_argument("--attribute", action="append", metavar="KEY=VALUE",
+                     help="an identity field the submitter may assert, e.g. tenant=acme")
+    new.add_argument("--signs-for", action="append", metavar="PERSON",
+                     help="a person the delegate may sign for ('*': every person)")
     new.add_argument("--force", action="store_true",
                      help="replace NAME's existing key (its old public key stops working)")
     new.add_argument("--json", action="store_true", help="print one JSON object")

@@ -6,12 +6,18 @@ once: SIGTERM/SIGINT let the jobs running finish for up to ``shutdown_grace_s`` 
 ``job_completion_wait``), then every worker stops.  When Redis goes away, arq's poll loop ends
 with a connection error; the worker is built again after a back-off, so the process
 reconnects in place like the stream workers instead of exiting.
+
+A job that ends in a refusal (`REFUSALS`: an untrusted or unsigned job, a spec that does not
+validate, a run id taken by another spec, a reply for a busy or unknown run) is expected: its
+result tells whoever enqueued it why, and the log gets one warning with the reason, never
+arq's ERROR with a traceback, which is kept for what is not expected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import signal
@@ -23,10 +29,14 @@ from arq.cron import CronJob
 from arq.worker import Function, Worker
 
 from callgate.config import Settings
+from callgate.connect import redis_client
+from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecError
 from callgate.jobs import job_deserializer, job_serializer, redis_settings
+from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, backoff_s
-from callgate.streams.service import Runtime, build_runtime, open_tool_sources
+from callgate.streams.service import Runtime, build_runtime, consumer_name, open_tool_sources
+from callgate.streams.upkeep import announce
 
 log = logging.getLogger("callgate.arq")
 
@@ -34,6 +44,44 @@ JOB_TIMEOUT_S = 10
 """Every callgate job is a few Redis round trips.  arq lets another worker take the job of a
 worker that died only after the longest job timeout + 10 s, so this bounds how long a
 SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
+
+
+REFUSALS: tuple[type[Exception], ...] = (AuthError, RunSpecError, ConflictError, NotFoundError)
+"""What a job may end with by design: the job fails with the reason, and nothing was done."""
+
+
+class QuietRefusals(logging.Filter):
+    """Drops arq's ERROR and traceback for a job that ended in one of `REFUSALS`: the job
+    itself has logged it, once, as a warning with the reason (`logging_refusals`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = record.exc_info[1] if record.exc_info else None
+        return not isinstance(failure, REFUSALS)
+
+
+def quiet_refusals() -> None:
+    """Install `QuietRefusals` on arq's worker logger, once per process."""
+    arq_log = logging.getLogger("arq.worker")
+    if not any(isinstance(f, QuietRefusals) for f in arq_log.filters):
+        arq_log.addFilter(QuietRefusals())
+
+
+def logging_refusals(function: Function) -> Function:
+    """``function`` logging a refusal as one structured warning (job, id, error, reason)
+    before it fails the job."""
+    inner = function.coroutine
+
+    async def job(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await inner(ctx, *args, **kwargs)
+        except REFUSALS as exc:
+            reason = exc.reason if isinstance(exc, AuthError) else str(exc)
+            log.warning("job refused", extra=log_fields(
+                job=function.name, job_id=ctx.get("job_id"), error=type(exc).__name__,
+                reason=reason))
+            raise
+
+    return dataclasses.replace(function, coroutine=job)
 
 
 @dataclass(frozen=True)
@@ -60,8 +108,9 @@ def create_worker(
         if runtime is not None:
             await runtime.close()
 
+    quiet_refusals()
     return Worker(
-        functions=list(queue.functions),
+        functions=[logging_refusals(f) for f in queue.functions],
         # Periodic jobs are for a serving worker: in burst mode one falling due mid-drain
         # would add a job nobody queued.
         cron_jobs=[] if burst else list(queue.cron_jobs),
@@ -92,11 +141,25 @@ async def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop, sig, workers, stopped)
-    await asyncio.gather(*(
+    serving = asyncio.gather(*(
         _keep_serving(functools.partial(create_worker, settings, queue, service, burst=burst),
                       workers, stopped)
         for queue in queues
     ))
+    if burst:
+        await serving
+        return
+    # Like the stream workers, say that this process is alive (`callgate doctor` reads it).
+    client = redis_client(settings.redis_url)
+    key = Keys(settings.key_prefix).consumers(service)
+    presence = asyncio.create_task(announce(client, key, consumer_name(service)))
+    try:
+        await serving
+    finally:
+        presence.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await presence
+        await client.aclose()
 
 
 def _stop(sig: signal.Signals, workers: list[Worker], stopped: asyncio.Event) -> None:

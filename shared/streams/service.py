@@ -36,6 +36,7 @@ from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
+from callgate.streams.upkeep import announce
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
 from callgate.tools.mcp_servers import parse_servers
 from callgate.tools.mcp_source import open_mcp_tools
@@ -208,7 +209,12 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
         return await worker.run_burst()
     install_signal_handlers(worker)
     log.info("serving", extra={"fields": {"service": spec.name, "streams": streams}})
-    await worker.run()
+    presence = asyncio.create_task(
+        announce(runtime.redis, runtime.keys.consumers(spec.name), runtime.consumer))
+    try:
+        await worker.run()
+    finally:
+        presence.cancel()
     return 0
 
 

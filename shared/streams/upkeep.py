@@ -6,13 +6,17 @@ consumer group healthy around it:
 * the heartbeat refreshes the idle time of every message this consumer is still handling
   (``XCLAIM … JUSTID``), so XAUTOCLAIM leaves them alone while a live handler runs long;
 * the trim drops from each stream the entries every group has settled (`trim_settled`), so a
-  stream holds what is in flight or unread rather than every message ever sent.
+  stream holds what is in flight or unread rather than every message ever sent;
+* `announce` says every `PRESENCE_S` that the consumer is alive (`Keys.consumers`): Redis 7.0
+  lists a consumer in XINFO CONSUMERS only once it was handed a message, and its idle time
+  then grows on a quiet deployment, so neither tells a live worker from a dead one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Collection, Sequence
 
 import redis.asyncio as aioredis
@@ -86,3 +90,22 @@ class Upkeep:
                 except REDIS_ERRORS as exc:
                     log.warning("stream trim failed", extra=log_fields(error=repr(exc)))
                     break
+
+
+PRESENCE_S = 2.0
+"""How often a serving consumer says it is alive; `callgate doctor` takes one silent for five
+times as long as gone."""
+PRESENCE_KEPT_S = 3600.0
+
+
+async def announce(redis: aioredis.Redis, key: str, consumer: str) -> None:
+    """Until cancelled: ``consumer``'s time (ms) in the sorted set ``key``, every `PRESENCE_S`,
+    and entries older than `PRESENCE_KEPT_S` dropped (consumers of processes long gone)."""
+    while True:
+        now_ms = time.time() * 1000
+        try:
+            await redis.zadd(key, {consumer: now_ms})
+            await redis.zremrangebyscore(key, "-inf", now_ms - PRESENCE_KEPT_S * 1000)
+        except REDIS_ERRORS as exc:
+            log.warning("presence not recorded", extra=log_fields(error=repr(exc)))
+        await asyncio.sleep(PRESENCE_S)

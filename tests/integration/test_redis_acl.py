@@ -302,7 +302,7 @@ def test_compose_logs_each_service_in_as_its_role_and_needs_every_password() -> 
     url = re.compile(r"redis://(\w+):\$\{REDIS_(\w+)_PASSWORD:\?[^}]+\}@redis:6379/0")
     logins = [url.fullmatch(u) for u in urls]
     assert all(m is not None and m[1].upper() == m[2] for m in logins), urls
-    assert [m[1] for m in logins if m] == ["workers", "slack"]  # x-worker's, slack_approvals'
+    assert [m[1] for m in logins if m] == ["workers", "slack", "submitters"]  # worker, bot, submit
     assert "redis://slack:" in compose.split("slack_approvals:")[1]
     for user in USERS:
         name = f"REDIS_{user.upper()}_PASSWORD"

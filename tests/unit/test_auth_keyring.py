@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from callgate.auth.deployment import signer_of
 from callgate.auth.keyring import DEFAULT_PEOPLE, LocalKeyring, default_home
-from callgate.auth.keys import new_private_key, public_key_text, read_private_key
+from callgate.auth.keys import new_private_key, public_key_text, read_private_key, write_private_key
 from callgate.auth.tokens import sign_decision, sign_submission, verify_decision, verify_submission
 from callgate.auth.trust import TrustConfig, load_trust
+from callgate.config import Settings
 from callgate.errors import KeyFileError, TrustConfigError
 
 
@@ -196,3 +198,16 @@ def test_processes_ensuring_at_once_end_with_one_consistent_trust_file(
     assert sorted(p.name for p in keyring.keys_dir.iterdir()) == sorted(
         f"{name}.pem" for name in ["local", *DEFAULT_PEOPLE, *racers]
     )  # and no temporary file was left behind
+
+
+def test_a_process_signs_as_itself_with_its_signing_key(tmp_path: Path) -> None:
+    """The Slack bot of a deployment signs as ``slack`` with the bundle's delegate key
+    (CALLGATE_SUBMITTER=slack, CALLGATE_SIGNING_KEY=…), not with a keyring it does not have;
+    any other name still comes from the keyring."""
+    key_file, key = tmp_path / "slack.pem", new_private_key()
+    write_private_key(key_file, key)
+    settings = Settings(home=tmp_path / "home", submitter="slack", signing_key=key_file)
+    signer = signer_of(settings, "slack")
+    assert signer.key_id == "slack" and public_key_text(signer.key) == public_key_text(key)
+    with pytest.raises(KeyFileError, match="no key for carol"):
+        signer_of(settings, "carol")
