@@ -9,14 +9,13 @@ import pytest
 
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.explore.session import read_replay, replay
-from callgate.ops.explore.world import World, new_home, quiet_logs
+from callgate.ops.explore.world import World, new_home
 
 CASES = sorted((Path(__file__).parent / "cases").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 async def test_a_schedule_once_found_holds_now(path: Path) -> None:
-    quiet_logs()
     seed, choices, invariant = read_replay(path)
     with EmbeddedRedis() as redis:
         world = World(redis.url, new_home())

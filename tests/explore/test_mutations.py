@@ -8,7 +8,7 @@ import pytest
 
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.explore.session import explore, read_replay, replay, write_replay
-from callgate.ops.explore.world import World, new_home, quiet_logs
+from callgate.ops.explore.world import World, new_home
 from tests.explore.mutations import MUTATIONS
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,6 @@ EXPECTED = {
 async def test_the_explorer_finds_a_broken_guard(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    quiet_logs()
     MUTATIONS[name](monkeypatch)
     with EmbeddedRedis() as redis:
         world = World(redis.url, new_home())

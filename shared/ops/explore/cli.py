@@ -103,7 +103,11 @@ def render(fig: dict[str, Any], out: Path) -> str:
 
 def cmd_explore(args: argparse.Namespace) -> int:
     sigterm_as_interrupt()
-    quiet_logs()
+    with quiet_logs():
+        return _cmd_explore(args)
+
+
+def _cmd_explore(args: argparse.Namespace) -> int:
     if args.replay is not None:
         return _cmd_replay(Path(args.replay))
     with EmbeddedRedis() as redis:

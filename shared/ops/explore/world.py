@@ -10,10 +10,11 @@ memory); the message it was handling stays pending in its consumer group, as aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,10 +229,19 @@ class World:
         crashpoints.on_boundary = None
 
 
-def quiet_logs() -> None:
-    """The handlers' warnings are the explorer's everyday business, not news."""
-    for name in QUIET:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """The handlers' warnings are the explorer's everyday business, not news (for as long as
+    it runs: the levels are put back after)."""
+    loggers = [logging.getLogger(name) for name in QUIET]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def new_home() -> Path:
