@@ -1,5 +1,6 @@
 """One episode: a fresh world, two runs, up to `FAULT_EVENTS` chosen events (faults and
-people among them), then the fault-free drain until every run is at rest — each event followed
+people among them), then the fault-free drain (deliveries, sweeps, time, and a person settling
+what stayed unresolved, as the system of record says) until every run is at rest — each event followed
 by the invariants, and the drain bounded (`DRAIN_LIMIT`): a run that does not come to rest in
 it breaks liveness.
 """

@@ -63,17 +63,7 @@ class People:
                 )
                 for kind, what, act in self._decisions(record)
             ]
-        found += [
-            Event(
-                "person:resolve",
-                f"a person resolves {call.call_id} of {call.run_id}",
-                self._resolve(call),
-                call.run_id,
-                call.call_id,
-                fault=True,
-            )
-            for call in await self.desk.unresolved()
-        ]
+        found += await self.resolutions()
         for plan in self.plans:
             found += await self._of_run(plan)
         return found
@@ -115,6 +105,21 @@ class People:
                 )
             )
         return found
+
+    async def resolutions(self) -> list[Event]:
+        """A person settles each unresolved call (the one pause the drain does not wait out:
+        only a person can clear it, and the invariants hold its outcome to the truth)."""
+        return [
+            Event(
+                "person:resolve",
+                f"a person resolves {call.call_id} of {call.run_id}",
+                self._resolve(call),
+                call.run_id,
+                call.call_id,
+                fault=True,
+            )
+            for call in await self.desk.unresolved()
+        ]
 
     def _decisions(self, record: ApprovalRecord) -> list[tuple[str, str, Act]]:
         """(kind, what the person does, the act) for each decision on ``record``."""

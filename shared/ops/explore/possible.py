@@ -55,7 +55,7 @@ class Possible:
         live = [e for e in self.entries if (e.stream, e.message_id) in pending]
         progress = [*self._deliveries(live), *self._starts(), *await self._sweeps()]
         if not faults:
-            return progress or await self._next_timer()
+            return progress or await self.people.resolutions() or await self._next_timer()
         injected = [
             *self._crashes(live),
             *self._duplicates(),
