@@ -68,7 +68,7 @@ def test_a_schedule_that_no_longer_breaks_replays_clean(tmp_path: Path) -> None:
     )
     done = callgate("explore", "--replay", str(path), timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.splitlines()[0] == "  1. start run x1"
+    assert done.stdout.splitlines()[0] == "  1. start run x1"  # progress, not injected
     assert "no longer broken: duplicate_writes holds" in done.stdout
 
 

@@ -1,8 +1,8 @@
 """One episode: a fresh world, two runs, up to `FAULT_EVENTS` chosen events (faults and
 people among them), then the fault-free drain (deliveries, sweeps, time, and a person settling
-what stayed unresolved, as the system of record says) until every run is at rest — each event followed
-by the invariants, and the drain bounded (`DRAIN_LIMIT`): a run that does not come to rest in
-it breaks liveness.
+what stayed unresolved, as the system of record says) until every run is at rest — each event
+followed by the invariants, and the drain bounded (`DRAIN_LIMIT`): a run that does not come to
+rest in it breaks liveness.
 """
 
 from __future__ import annotations
@@ -58,7 +58,10 @@ class Step:
     fault: bool
 
     def line(self, number: int) -> str:
-        return f"{number:>3}. {self.label}" + (f"  [{self.note}]" if self.note else "")
+        """``  3. the label  [what it chose]``, with ``*`` after the number for an injected
+        event (a fault or a person's action) rather than progress."""
+        mark = "*" if self.fault else "."
+        return f"{number:>3}{mark} {self.label}" + (f"  [{self.note}]" if self.note else "")
 
 
 @dataclass
