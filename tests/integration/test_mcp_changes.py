@@ -1,0 +1,95 @@
+"""A worker's MCP tools against a real stdio MCP server (tests/mcp/server.py, the session's
+child): the server's ``tools/list_changed`` rebuilds the tools with a new version, a server
+that went away is found again without a call, and a write reconciles through a local lookup
+function the deployment named."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callgate.records import Effect
+from callgate.tools.contract import Reconciliation, Tool, context_of
+from callgate.tools.mcp_servers import McpServer
+from callgate.tools.mcp_source import McpTools, open_mcp_tools, to_result
+from tests.mcp.hooks import STATE_SETTING
+
+pytestmark = pytest.mark.timeout(30)
+SERVER = Path(__file__).resolve().parents[1] / "mcp" / "server.py"
+
+
+def _stdio(state: Path, **entry: object) -> McpServer:
+    argv = [sys.executable, str(SERVER), str(state), "stdio"]
+    return McpServer.model_validate({"name": "shop", "trusted": True, "command": argv, **entry})
+
+
+def _tool(opened: McpTools, name: str) -> Tool[Any]:
+    [tool] = [tool for tool, _ in opened.tools if tool.name == name]
+    return tool
+
+
+async def _until(check: Callable[[], bool], timeout_s: float = 10) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not check():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_changed_tool_list_rebuilds_the_tool_with_a_new_version(tmp_path: Path) -> None:
+    opened = await open_mcp_tools((_stdio(tmp_path),), 2.0)
+    changes: list[int] = []
+    opened.on_change = lambda: changes.append(1)
+    try:
+        before = _tool(opened, "shop__set_price")
+        assert "currency" not in before.json_schema()["properties"]
+        await opened.connections[0].call("evolve", {}, None, retry=False)
+        await _until(lambda: bool(changes))
+        after = _tool(opened, "shop__set_price")
+        assert after.version != before.version  # an approval bound to `before` no longer fits
+        assert "currency" in after.json_schema()["properties"]
+        assert after.effect is Effect.IDEMPOTENT_WRITE
+    finally:
+        await opened.close()
+
+
+async def test_a_server_that_went_away_is_found_again_without_a_call(tmp_path: Path) -> None:
+    opened = await open_mcp_tools((_stdio(tmp_path),), 2.0)
+    connection = opened.connections[0]
+    try:
+        first = to_result(await connection.call("whoami", {}, None, retry=True))["pid"]
+        listed = _listings(tmp_path)
+        os.kill(first, signal.SIGKILL)  # its listen stream ends: the worker re-opens, re-reads
+        await _until(lambda: _listings(tmp_path) > listed)
+        second = to_result(await connection.call("whoami", {}, None, retry=True))["pid"]
+        assert second != first
+    finally:
+        await opened.close()
+
+
+def _listings(state: Path) -> int:
+    return (state / "events.jsonl").read_text().count('"listed"')
+
+
+async def test_a_write_reconciles_through_the_deployments_local_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(STATE_SETTING, str(tmp_path))
+    policy = {"cancel_order": {"lookup": "tests.mcp.hooks:find_cancellation"}}
+    opened = await open_mcp_tools((_stdio(tmp_path, tools=policy),), 2.0)
+    try:
+        tool = _tool(opened, "shop__cancel_order")
+        assert tool.effect is Effect.WRITE
+        ctx = context_of("r", "c", 1, {"user": "alice"}, session=None)  # type: ignore[arg-type]
+        args = tool.validate({"order": "A7"})
+        assert await tool.reconcile(ctx, args, "op_1") == Reconciliation("not_applied")  # type: ignore[misc]
+        await tool.execute(ctx, args, "op_1")
+        found = await tool.reconcile(ctx, args, "op_1")  # type: ignore[misc]
+        assert found == Reconciliation("applied", {"cancelled": "A7", "found_by": "local"})
+    finally:
+        await opened.close()
