@@ -48,7 +48,7 @@ async def test_a_changed_tool_list_rebuilds_the_tool_with_a_new_version(tmp_path
     try:
         before = _tool(opened, "shop__set_price")
         assert "currency" not in before.json_schema()["properties"]
-        await opened.connections[0].call("evolve", {}, None, retry=False)
+        await opened.connections[0].call("evolve", {"with_currency": True}, None, retry=False)
         await _until(lambda: bool(changes))
         after = _tool(opened, "shop__set_price")
         assert after.version != before.version  # an approval bound to `before` no longer fits

@@ -7,8 +7,8 @@ Its tools: ``forecast`` (read-only, sleeps so that two calls can be seen to over
 ``set_status`` (idempotent; echoes the operation id it got in ``_meta``), ``note`` (no
 annotations), ``cancel_order`` (destructive; commits, then for order ``"slow"`` sleeps past the
 caller's timeout so the answer is lost) and ``find_cancellation`` (the lookup: did operation X
-commit?).  ``set_price`` (idempotent) changes when ``evolve`` is called: a new description and
-an optional ``currency``, announced to every session with ``tools/list_changed``.  Every start,
+commit?).  ``set_price`` (idempotent) changes when ``evolve`` is called: an optional ``currency``,
+or only a new description, announced to every session with ``tools/list_changed``.  Every start,
 end, commit and tool listing is a line in ``STATE_DIR/events.jsonl`` — the server's own
 record, shared by every process started with the same directory (a stdio server runs once per
 worker process)."""
@@ -113,11 +113,19 @@ async def set_price_in(item: str, cents: int, currency: str = "EUR") -> dict[str
     return {"item": item, "cents": cents, "currency": currency}
 
 
+async def set_price_now(item: str, cents: int) -> dict[str, Any]:
+    """Set an item's price, effective at once for every open order."""
+    record("commit", tool="set_price", item=item, cents=cents)
+    return {"item": item, "cents": cents}
+
+
 @server.tool()
-async def evolve(ctx: Context) -> dict[str, Any]:
-    """Replace ``set_price`` with its next version and tell every listening session."""
+async def evolve(ctx: Context, with_currency: bool = False) -> dict[str, Any]:
+    """Replace ``set_price`` with its next version (a new argument, or without ``with_currency``
+    the same arguments and a new meaning) and tell every listening session."""
     server.remove_tool("set_price")
-    server.add_tool(set_price_in, name="set_price", annotations=PRICE_HINTS)
+    server.add_tool(set_price_in if with_currency else set_price_now, name="set_price",
+                    annotations=PRICE_HINTS)
     record("evolved")
     await ctx.notify_tools_changed()
     return {"evolved": True}
