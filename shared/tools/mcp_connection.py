@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import mcp_types
@@ -56,7 +56,7 @@ class McpConnection:
         self._lock = asyncio.Lock()
         self._opened = 0
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.on_tools_changed: Callable[[], Awaitable[Any]] | None = None
+        self.on_tools_changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
         """Called when the server's tool list may have changed (set by the tool source)."""
 
     async def open(self) -> None:

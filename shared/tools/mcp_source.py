@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,9 @@ async def open_mcp_tools(servers: tuple[McpServer, ...], default_timeout_s: floa
     return opened
 
 
-def _refresher(opened: McpTools, connection: McpConnection) -> Callable[[], Awaitable[bool]]:
+def _refresher(
+    opened: McpTools, connection: McpConnection
+) -> Callable[[], Coroutine[Any, Any, bool]]:
     async def refresh() -> bool:
         return await opened.refresh(connection)
 
