@@ -21,7 +21,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
@@ -41,6 +41,8 @@ CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 2.0
 PING_TIMEOUT_S = 1.0
 """How long a session may take to answer the ping sent before a write."""
+CONNECT_MODE: Literal["auto", "legacy"] = "auto"
+"""How the SDK negotiates the protocol: probe for 2026-07-28, else the initialize handshake."""
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 """Between attempts to reach a server that went away (the last one repeats)."""
 
@@ -69,7 +71,8 @@ class McpConnection:
 
     async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
         try:
-            async with Client(self._target()) as client:
+            async with Client(self._target(), mode=CONNECT_MODE,
+                              message_handler=self._on_message) as client:
                 self._client = client
                 listener = asyncio.create_task(self._listen(client))
                 ready.set_result(None)
@@ -105,6 +108,11 @@ class McpConnection:
         if self._client is client:  # the stream ended, the session did not mean to
             self._mark_broken(client)
             self.keep_trying()
+
+    async def _on_message(self, message: object) -> None:
+        """An older protocol's ``notifications/tools/list_changed``, sent on the session."""
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools_changed()
 
     def keep_trying(self) -> None:
         """Re-open the session in the background until the server answers, then re-read its

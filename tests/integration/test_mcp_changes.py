@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from callgate.records import Effect
+from callgate.tools import mcp_connection
 from callgate.tools.contract import Reconciliation, Tool, context_of
 from callgate.tools.mcp_servers import McpServer
 from callgate.tools.mcp_source import McpTools, open_mcp_tools, to_result
@@ -41,7 +42,12 @@ async def _until(check: Callable[[], bool], timeout_s: float = 10) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_a_changed_tool_list_rebuilds_the_tool_with_a_new_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_changed_tool_list_rebuilds_the_tool_with_a_new_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Followed on a 2026-07-28 session (listen) and on an older one (the notification)."""
+    monkeypatch.setattr(mcp_connection, "CONNECT_MODE", mode)
     opened = await open_mcp_tools((_stdio(tmp_path),), 2.0)
     changes: list[int] = []
     opened.on_change = lambda: changes.append(1)

@@ -127,7 +127,8 @@ async def evolve(ctx: Context, with_currency: bool = False) -> dict[str, Any]:
     server.add_tool(set_price_in if with_currency else set_price_now, name="set_price",
                     annotations=PRICE_HINTS)
     record("evolved")
-    await ctx.notify_tools_changed()
+    await ctx.notify_tools_changed()  # to 2026-07-28 sessions that listen
+    await ctx.session.send_tool_list_changed()  # to this session, on an older protocol
     return {"evolved": True}
 
 
