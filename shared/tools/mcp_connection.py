@@ -95,17 +95,21 @@ class McpConnection:
             self._client = None
 
     async def _listen(self, client: Client) -> None:
-        """Follow the server's ``tools/list_changed`` for as long as the session lives."""
+        """Follow the server's ``tools/list_changed`` for as long as the session lives.  A
+        server that does not take the subscription (an older protocol, or it refuses) is left
+        alone; one whose acknowledged stream ends has gone away: re-open and read again."""
+        listening = False
         try:
             async with client.listen(tools_list_changed=True) as changes:
+                listening = True
                 async for _ in changes:
                     self._tools_changed()
         except ListenNotSupportedError:
-            return  # an older server: the list is read again when the session is re-opened
+            return  # an older server: its notifications come through `_on_message`
         except Exception as exc:
-            log.info("mcp tool list no longer followed", extra=log_fields(
-                server=self.server.name, reason=type(exc).__name__))
-        if self._client is client:  # the stream ended, the session did not mean to
+            log.info("mcp tool list not followed", extra=log_fields(
+                server=self.server.name, reason=type(exc).__name__, was_listening=listening))
+        if listening and self._client is client:  # the stream ended, the session did not
             self._mark_broken(client)
             self.keep_trying()
 

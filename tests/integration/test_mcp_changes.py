@@ -78,6 +78,21 @@ async def test_a_server_that_went_away_is_found_again_without_a_call(tmp_path: P
         await opened.close()
 
 
+async def test_a_server_that_refuses_to_be_listened_to_is_not_reconnected_in_a_loop(
+    tmp_path: Path,
+) -> None:
+    argv = [sys.executable, str(SERVER), str(tmp_path), "stdio", "no-listen"]
+    server = McpServer.model_validate({"name": "shop", "trusted": True, "command": argv})
+    opened = await open_mcp_tools((server,), 2.0)
+    try:
+        first = to_result(await opened.connections[0].call("whoami", {}, None, retry=True))
+        await asyncio.sleep(1.0)  # a reconnect loop would have re-read the list by now
+        again = to_result(await opened.connections[0].call("whoami", {}, None, retry=True))
+        assert (again, _listings(tmp_path)) == (first, 1)
+    finally:
+        await opened.close()
+
+
 def _listings(state: Path) -> int:
     return (state / "events.jsonl").read_text().count('"listed"')
 

@@ -1,6 +1,6 @@
 """A real MCP server for the tests, built with the `mcp` SDK's `MCPServer`, run as its own process.
 
-    python tests/mcp/server.py STATE_DIR stdio
+    python tests/mcp/server.py STATE_DIR stdio [no-listen]   # no-listen: refuse subscriptions
     python tests/mcp/server.py STATE_DIR http PORT
 
 Its tools: ``forecast`` (read-only, sleeps so that two calls can be seen to overlap),
@@ -28,7 +28,7 @@ from mcp_types import ToolAnnotations
 
 OPERATION_KEY = "callgate/operation_id"
 STATE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
-server = MCPServer("callgate-test-shop")
+server = MCPServer("callgate-test-shop", subscriptions=False if "no-listen" in sys.argv else None)
 
 
 def record(event: str, **data: Any) -> None:
