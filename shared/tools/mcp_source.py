@@ -78,7 +78,7 @@ class McpTools:
         self.by_server[server.name] = _build_all(
             server, connection, listed, server.timeout_s or self.default_timeout_s, self.hooks)
         after = {tool.name: tool.version for tool, _ in self.by_server[server.name]}
-        if before and before != after:
+        if before and before != after:  # the first listing is logged by the worker's start
             log.info("mcp tools changed", extra=log_fields(server=server.name, tools=after))
         if before != after and self.on_change is not None:
             self.on_change()
@@ -140,14 +140,16 @@ def build_tool(
     timeout_s: float,
     hooks: dict[str, Callable[..., Any]] | None = None,
 ) -> Built:
-    """The `Tool` for ``remote`` and its registry source (server, effect and why)."""
+    """The `Tool` for ``remote`` and its registry source (server, effect and why); ``hooks``
+    are the functions ``server``'s policies name, imported here when not given."""
+    hooks = resolve_hooks(server) if hooks is None else hooks
     annotations = (remote.annotations.model_dump(by_alias=True, exclude_none=True)
                    if remote.annotations is not None else None)
     policy = server.tools.get(remote.name, McpToolPolicy())
     choice = choose_effect(annotations, server.trusted, policy.effect)
     name = f"{server.tool_prefix}{remote.name}"
     args_model = args_model_from_schema(name, dict(remote.input_schema))
-    reconcile, how = _reconcile(connection, choice.effect, policy.lookup, hooks or {})
+    reconcile, how = _reconcile(connection, choice.effect, policy.lookup, hooks)
     reason = choice.describe() + how
     tool: Tool[Any] = Tool(
         name=name,
@@ -160,7 +162,7 @@ def build_tool(
         timeout_s=timeout_s,
         origin=f"mcp {server.name}: {choice.effect.value} ({reason})",
         effect_source=reason,
-        **policy_hooks(server, policy, args_model, hooks or {}),
+        **policy_hooks(server, policy, args_model, hooks),
     )
     return tool, f"mcp:{server.name}, {choice.effect.value}: {reason}"
 
