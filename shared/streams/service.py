@@ -115,11 +115,11 @@ async def open_tool_sources(runtime: Runtime) -> None:
 
     def changed() -> None:  # a server's tool list changed: the handlers see the new registry
         runtime.registry = local.with_tools(opened.tools)
+        log.info("mcp tools registered", extra=log_fields(
+            service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
 
+    changed()
     opened.on_change = changed
-    runtime.registry = local.with_tools(opened.tools)
-    log.info("mcp tools registered", extra=log_fields(
-        service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
 
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:
