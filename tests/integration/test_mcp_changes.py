@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from callgate.ops.embedded_redis import free_port
 from callgate.records import Effect
 from callgate.tools import mcp_connection
 from callgate.tools.contract import Reconciliation, Tool, context_of
@@ -91,6 +93,24 @@ async def test_a_server_that_refuses_to_be_listened_to_is_not_reconnected_in_a_l
         assert (again, _listings(tmp_path)) == (first, 1)
     finally:
         await opened.close()
+
+
+async def test_a_server_down_at_start_joins_when_it_answers(tmp_path: Path) -> None:
+    port = free_port()
+    server = McpServer.model_validate({"name": "shop", "url": f"http://127.0.0.1:{port}/mcp"})
+    opened = await open_mcp_tools((server,), 2.0)
+    changes: list[int] = []
+    opened.on_change = lambda: changes.append(1)
+    argv = [sys.executable, str(SERVER), str(tmp_path), "http", str(port)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert opened.tools == []  # down: no tools, and the worker started
+        await _until(lambda: bool(changes), timeout_s=15)  # nobody called: it kept trying
+        assert "shop__forecast" in [tool.name for tool, _ in opened.tools]
+    finally:
+        await opened.close()
+        process.kill()
+        process.wait(10)
 
 
 def _listings(state: Path) -> int:
