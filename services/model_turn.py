@@ -59,6 +59,7 @@ from callgate.states import RunState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
 from callgate.tools.acceptance import check_acceptance
+from callgate.tools.registry import ToolRegistry
 
 log = logging.getLogger("callgate.model_turn")
 
@@ -74,10 +75,14 @@ class ModelTurn:
         model, which answers with neutral events); the rest are built on first use."""
         self.rt = runtime
         self.ledger = runtime.ledger
-        self.registry = runtime.registry
         self._adapters: dict[str, ProviderAdapter] = dict(adapters or {})
         self._carry = HistoryCarry(TURNS_REMEMBERED if runtime.settings.carry else 0)
         self._joins = TurnJoins()
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The process's registry now (an MCP server's changed tool list replaces it)."""
+        return self.rt.registry
 
     def adapter(self, api: str) -> ProviderAdapter:
         if api not in self._adapters:

@@ -208,7 +208,8 @@ def _decision_fields(d: Decision) -> dict[str, Any]:
         fields.update(arguments=d.arguments, args_hash=d.args_hash)
     tool = d.tool
     if tool is not None:
-        fields.update(tool_version=tool.version, effect=tool.effect.value)
+        fields.update(tool_version=tool.version, effect=tool.effect.value,
+                      effect_source=tool.effect_source)
         if tool.is_write:
             # The resource it orders on; a read has none, so its arguments are not parsed again.
             fields["resource_key"] = tool.resource_of(tool.validate(d.arguments or {}))

@@ -77,6 +77,8 @@ def call_view(call: CallRecord) -> dict[str, Any]:
         "provider_call_id": call.provider_call_id,
         "tool": call.tool,
         "effect": None if call.effect is None else call.effect.value,
+        "effect_source": call.effect_source,
+        "operation_id": call.operation_id,
         "arguments": call.arguments,
         "state": call.state.value,
         "decision": call.decision,

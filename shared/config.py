@@ -57,8 +57,9 @@ class Settings(BaseSettings):
     mcp_servers: Annotated[tuple[dict[str, Any], ...], NoDecode] = Field(
         default=(),
         description="The deployment's MCP servers, a JSON list of {name, url | command, trusted, "
-        "prefix, lookups, timeout_s}: their tools join the registry at worker start "
-        "(README: Tools from MCP servers).  A run selects their tools by name, never a server.",
+        "prefix, timeout_s, tools: {NAME: local policy}}: their tools join the registry at "
+        "worker start and follow the server's tools/list_changed (README: Tools from MCP "
+        "servers).  A run selects their tools by name, never a server or a function.",
     )
 
     # How the hot path moves facts and commands (both documented in README "Performance").

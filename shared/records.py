@@ -197,6 +197,8 @@ class CallRecord(_Record):
     """The text the model sent, cut to `RAW_ARGUMENTS_MAX_BYTES`."""
     args_hash: str | None = None
     effect: Effect | None = None
+    effect_source: str | None = None
+    """Where the effect came from and why (`Tool.effect_source`), as the validator decided."""
     resource_key: str | None = None
     state: CallState = CallState.REQUESTED
     decision: str | None = None

@@ -38,6 +38,7 @@ from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.upkeep import announce
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
+from callgate.tools.mcp_policy import HookError
 from callgate.tools.mcp_servers import parse_servers
 from callgate.tools.mcp_source import open_mcp_tools
 from callgate.tools.registry import RegistryError, ToolRegistry, load_registry
@@ -97,18 +98,28 @@ def consumer_name(service: str, pid: int | None = None) -> str:
 
 async def open_tool_sources(runtime: Runtime) -> None:
     """Add the deployment's MCP servers' tools to ``runtime.registry`` (one session per
-    server for this process, closed with the runtime).  Nothing to do without servers."""
+    server for this process, closed with the runtime), and replace it whenever a server's
+    tool list changes.  Nothing to do without servers."""
     if not runtime.settings.mcp_servers:
         return
     try:
         servers = parse_servers(runtime.settings.mcp_servers)
     except ValueError as exc:
         raise RegistryError(str(exc)) from exc
-    opened = await open_mcp_tools(servers, runtime.settings.tool_timeout_s)
+    try:
+        opened = await open_mcp_tools(servers, runtime.settings.tool_timeout_s)
+    except HookError as exc:
+        raise RegistryError(str(exc)) from exc
     runtime.closers.append(opened.close)
-    runtime.registry = runtime.registry.with_tools(opened.tools)
-    log.info("mcp tools registered", extra=log_fields(
-        service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
+    local = runtime.registry
+
+    def changed() -> None:  # a server's tool list changed: the handlers see the new registry
+        runtime.registry = local.with_tools(opened.tools)
+        log.info("mcp tools registered", extra=log_fields(
+            service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
+
+    changed()
+    opened.on_change = changed
 
 
 def build_runtime(name: str, settings: Settings | None = None) -> Runtime:

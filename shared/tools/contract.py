@@ -36,6 +36,7 @@ from callgate.tools.schema import to_tool_schema
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "IDEMPOTENCY_KEY_HEADER",
     "Effect",
     "Identity",
     "IsoDate",
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S = 2.0
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+"""The HTTP header a write's operation id travels in (IETF httpapi idempotency-key draft)."""
 REDACTED = "[redacted]"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """The strictest of the three providers' function-name rules (OpenAI's)."""
@@ -104,6 +107,12 @@ class ToolContext:
     attempt: int = 1
     config: Mapping[str, str] = field(default_factory=dict)
     """Service URLs and other tool settings; `setting` falls back to the environment."""
+
+    def idempotency_headers(self, operation_id: str) -> dict[str, str]:
+        """``{"Idempotency-Key": operation_id}`` for an HTTP request that carries a write's
+        effect (none for an empty id): a service that honours the header does the same
+        operation once however often callgate has to send it."""
+        return {IDEMPOTENCY_KEY_HEADER: operation_id} if operation_id else {}
 
     def setting(self, name: str, default: str) -> str:
         """A setting such as ``CALLGATE_TRAVEL_URL``: config, then environment, then default."""
@@ -192,6 +201,9 @@ class Tool(Generic[A]):
     origin: str = "local"
     """Where the tool and its effect come from: ``local``, or an MCP server's tool with the
     effect it was given and why (annotation, default, untrusted server)."""
+    effect_source: str = "declared"
+    """Where ``effect`` came from and why, recorded on every call: ``declared`` (a tool
+    module), or for an MCP tool ``annotation: …``, ``default: …`` or ``override: …``."""
     _schema: dict[str, Any] = field(init=False, repr=False, compare=False)
     _spec: ToolSpec = field(init=False, repr=False, compare=False)
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal
 
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.subscriptions import ListenNotSupportedError
 from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from callgate.errors import ToolError
@@ -38,6 +41,10 @@ CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 2.0
 PING_TIMEOUT_S = 1.0
 """How long a session may take to answer the ping sent before a write."""
+CONNECT_MODE: Literal["auto", "legacy"] = "auto"
+"""How the SDK negotiates the protocol: probe for 2026-07-28, else the initialize handshake."""
+RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Between attempts to reach a server that went away (the last one repeats)."""
 
 
 class McpConnection:
@@ -49,6 +56,10 @@ class McpConnection:
         self._holder: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._opened = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.on_tools_changed: Callable[[], Coroutine[Any, Any, Any]] | None = None
+        """Called when the server's tool list may have changed (set by the tool source)."""
 
     async def open(self) -> None:
         """Open the session (raises what the SDK raised when the server cannot be reached)."""
@@ -60,10 +71,20 @@ class McpConnection:
 
     async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
         try:
-            async with Client(self._target()) as client:
+            async with Client(self._target(), mode=CONNECT_MODE,
+                              message_handler=self._on_message) as client:
                 self._client = client
+                listener = asyncio.create_task(self._listen(client))
                 ready.set_result(None)
-                await closing.wait()
+                self._opened += 1
+                if self._opened > 1:  # what changed while the session was away is not replayed
+                    self._tools_changed()
+                try:
+                    await closing.wait()
+                finally:
+                    listener.cancel()
+                    with contextlib.suppress(BaseException):
+                        await listener
         except BaseException as exc:  # reported to the opener or logged
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
@@ -72,6 +93,58 @@ class McpConnection:
                     server=self.server.name, reason=type(exc).__name__))
         finally:
             self._client = None
+
+    async def _listen(self, client: Client) -> None:
+        """Follow the server's ``tools/list_changed`` for as long as the session lives.  A
+        server that does not take the subscription (an older protocol, or it refuses) is left
+        alone; one whose acknowledged stream ends has gone away: re-open and read again."""
+        listening = False
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                listening = True
+                async for _ in changes:
+                    self._tools_changed()
+        except ListenNotSupportedError:
+            return  # an older server: its notifications come through `_on_message`
+        except Exception as exc:
+            log.info("mcp tool list not followed", extra=log_fields(
+                server=self.server.name, reason=type(exc).__name__, was_listening=listening))
+        if listening and self._client is client:  # the stream ended, the session did not
+            self._mark_broken(client)
+            self.keep_trying()
+
+    async def _on_message(self, message: object) -> None:
+        """An older protocol's ``notifications/tools/list_changed``, sent on the session."""
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._tools_changed()
+
+    def keep_trying(self) -> None:
+        """Re-open the session in the background until the server answers, then re-read its
+        tools (nothing to do while an attempt is under way or after `shutdown`)."""
+        if self.on_tools_changed is not None and not any(
+                task.get_name().endswith("-reopen") for task in self._tasks):
+            self._spawn(self._reopen(), "reopen")
+
+    async def _reopen(self) -> None:
+        for attempt in itertools.count():
+            await asyncio.sleep(RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)])
+            try:
+                await self._session()
+            except ToolError:
+                continue
+            self._tools_changed()
+            return
+
+    def _tools_changed(self) -> None:
+        """Rebuild the server's tools in a task of its own (the rebuild itself calls the
+        server, which must not wait on the task that reads its answers)."""
+        if self.on_tools_changed is not None:
+            self._spawn(self.on_tools_changed(), "tools")
+
+    def _spawn(self, work: Coroutine[Any, Any, Any], what: str) -> None:
+        task = asyncio.create_task(work, name=f"mcp-{self.server.name}-{what}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _target(self) -> str | StdioServerParameters:
         if self.server.url is not None:
@@ -86,6 +159,15 @@ class McpConnection:
         if holder is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(holder, CLOSE_TIMEOUT_S)
+
+    async def shutdown(self) -> None:
+        """The worker is stopping: no more tool list rebuilds, then `close`."""
+        self.on_tools_changed = None
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await self.close()
 
     async def _session(self, *, fresh: bool = False) -> Client:
         """A live client: re-opened when ``fresh`` or its holder ended; `ToolError` if the

@@ -13,25 +13,53 @@ fail closed:
 * anything else — a missing hint, a destructive tool, any tool of an untrusted server — →
   ``write``.
 
-A write reconciles through the lookup tool the deployment names for it (``lookups``), never
-through anything the server says; without one a lost answer stays unknown and the run waits
-for a person.  Pure: no I/O here.
+The deployment's own word beats the server's: ``tools`` holds a local policy per tool (the
+server's name for it) — its effect, the approver role every call needs, the argument that
+orders its writes, its sensitive fields, an authorization function and the lookup it
+reconciles through (a tool on the same server, or a ``module:function`` of the deployment).
+Functions are named only here, in the deployment's server list, and imported by the worker at
+start; a run or a message can never name one.  A write without a lookup leaves a lost answer
+unknown and the run waits for a person.  Pure: no I/O here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from callgate.records import Effect
 
-__all__ = ["EffectChoice", "McpServer", "choose_effect", "parse_servers"]
+__all__ = ["EffectChoice", "McpServer", "McpToolPolicy", "choose_effect", "parse_servers"]
 
 OPERATION_META_KEY = "callgate/operation_id"
 """Where a write's operation id travels in ``tools/call``'s ``params._meta``."""
+FUNCTION_REF = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+"""``module:function``: a hook the deployment's own code provides."""
+_TOOL_OR_FUNCTION = r"^([A-Za-z0-9_-]{1,64}|[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$"
+
+
+class McpToolPolicy(BaseModel):
+    """The deployment's local policy for one of a server's tools; it beats the annotations."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    effect: Effect | None = None
+    """The effect to use whatever the server says; None = from the annotations."""
+    approval: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    """The approver role a person must hold before any call of the tool runs."""
+    resource_key: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    """The argument whose value orders the tool's writes (with every tool of the server)."""
+    sensitive: tuple[str, ...] = ()
+    """Argument and result fields never written to logs or events."""
+    authorize: str | None = Field(default=None, pattern=FUNCTION_REF)
+    """``module:function`` taking (identity, arguments) → None to allow, else the reason."""
+    lookup: str | None = Field(default=None, pattern=_TOOL_OR_FUNCTION)
+    """How a write is reconciled: a lookup tool on the same server, asked
+    ``{"operation_id": ...}``, or an async ``module:function`` with the signature of
+    `Tool.reconcile`."""
 
 
 class McpServer(BaseModel):
@@ -49,8 +77,8 @@ class McpServer(BaseModel):
     """Whether its annotations are believed; untrusted, every tool is a ``write``."""
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{0,32}$")
     """Put before each tool name; None = ``NAME__``, ``""`` keeps the server's names."""
-    lookups: dict[str, str] = Field(default_factory=dict)
-    """Write tool → the lookup tool on the same server asked ``{"operation_id": ...}``."""
+    tools: dict[str, McpToolPolicy] = Field(default_factory=dict)
+    """The server's tool name → the deployment's local policy for it."""
     timeout_s: float | None = Field(default=None, gt=0)
     """Each call's timeout; None = the deployment's ``tool_timeout_s``."""
 
@@ -79,23 +107,36 @@ def parse_servers(entries: tuple[Mapping[str, Any], ...]) -> tuple[McpServer, ..
     return tuple(servers)
 
 
+EffectSource = Literal["annotation", "default", "override"]
+
+
 @dataclass(frozen=True, slots=True)
 class EffectChoice:
-    """The effect a tool from an MCP server gets, and why (shown by the registry)."""
+    """The effect a tool from an MCP server gets, where it came from and why (shown by the
+    registry, recorded on every call and in the run's event log)."""
 
     effect: Effect
     reason: str
+    source: EffectSource = "default"
+
+    def describe(self) -> str:
+        return f"{self.source}: {self.reason}"
 
 
-def choose_effect(annotations: Mapping[str, Any] | None, trusted: bool) -> EffectChoice:
-    """The fail-closed effect of a tool with ``annotations`` (camelCase, as on the wire)."""
+def choose_effect(
+    annotations: Mapping[str, Any] | None, trusted: bool, override: Effect | None = None
+) -> EffectChoice:
+    """The fail-closed effect of a tool with ``annotations`` (camelCase, as on the wire),
+    unless the deployment's ``override`` says otherwise."""
+    if override is not None:
+        return EffectChoice(override, "the deployment's policy for the tool", "override")
     hints = annotations or {}
     if not trusted:
-        return EffectChoice(Effect.WRITE, "untrusted server: annotations ignored")
+        return EffectChoice(Effect.WRITE, "untrusted server, annotations ignored")
     if hints.get("readOnlyHint") is True:
-        return EffectChoice(Effect.READ, "annotation readOnlyHint")
+        return EffectChoice(Effect.READ, "readOnlyHint", "annotation")
     if hints.get("idempotentHint") is True:
-        return EffectChoice(Effect.IDEMPOTENT_WRITE, "annotation idempotentHint")
+        return EffectChoice(Effect.IDEMPOTENT_WRITE, "idempotentHint", "annotation")
     if not hints:
-        return EffectChoice(Effect.WRITE, "default: no annotations")
-    return EffectChoice(Effect.WRITE, "default: not read-only, not idempotent")
+        return EffectChoice(Effect.WRITE, "no annotations")
+    return EffectChoice(Effect.WRITE, "not read-only, not idempotent")

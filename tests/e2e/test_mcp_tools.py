@@ -1,10 +1,12 @@
 """Tools from MCP servers, end to end: real worker processes, real Redis, the scripted model, and
 two real MCP servers built with the `mcp` SDK (tests/mcp/server.py) in their own processes — one
 over Streamable HTTP (trusted, with a lookup for its destructive tool), one over stdio
-(untrusted, started by each worker).  What the servers did is read from their own record."""
+(untrusted, started by each worker), each with some local policy from the deployment.  What the
+servers did is read from their own record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -15,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import Client
 
 from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.system import LocalSystem, SystemSpec
+from callgate.ops.trace import as_json
 from callgate.records import Effect, Event
+from tests.e2e.people import approve, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +59,11 @@ class McpHttpServer:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            self.process.wait(10)
+            try:  # its server waits for open listen streams (every worker holds one) to end
+                self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
             self.process = None
 
     def events(self) -> list[dict[str, Any]]:
@@ -96,9 +105,11 @@ def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFac
     shop.start()
     servers = [
         {"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
-         "lookups": {"cancel_order": "find_cancellation"}},
+         "tools": {"cancel_order": {"lookup": "find_cancellation"},
+                   "set_price": {"approval": "events-lead", "resource_key": "item"}}},
         {"name": "local", "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
-         "trusted": False, "prefix": "local__", "timeout_s": 1.5},
+         "trusted": False, "prefix": "local__", "timeout_s": 1.5,
+         "tools": {"set_status": {"effect": "idempotent_write"}}},
     ]
     spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
                       tool_modules=(), scenarios=(SCENARIOS,), grace_s=3.0,
@@ -185,6 +196,8 @@ async def test_an_untrusted_servers_read_only_hint_is_not_believed(
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE  # readOnlyHint: true, but the server is not trusted
     assert view["calls"][0]["effect"] == "write"  # as `callgate view --json` shows it
+    assert record.effect_source == ("default: untrusted server, annotations ignored; no lookup: "
+                                    "a lost answer waits for a person")
     assert view["calls"][0]["result"]["payload"] == {"city": "Oslo", "sky": "clear"}
 
 
@@ -203,3 +216,56 @@ async def test_a_server_down_is_a_tool_error_and_its_restart_is_reconnected(
     view = await deployment.run("mcp-one-read", ["shop__forecast"])
     assert view["status"] == "completed", view
     assert view["calls"][0]["result"]["payload"] == {"city": "Lima", "sky": "clear"}
+
+
+async def test_the_deployments_override_decides_the_effect_and_the_log_says_so(
+    deployment: Deployment,
+) -> None:
+    view = await deployment.run("mcp-local-status", ["local__set_status"])
+    assert view["status"] == "completed", view
+    record, events = await deployment.call_and_events(view)
+    assert record.effect is Effect.IDEMPOTENT_WRITE  # the untrusted server's hint alone is not
+    assert view["calls"][0]["result"]["payload"] == {"status": "closed",
+                                                     "operation_id": record.operation_id}
+    [decided] = [e["data"] for e in as_json(events)  # as `callgate trace --json` shows it
+                 if e["type"] == "call.transition" and e["data"]["to"] == "allowed"]
+    assert (decided["effect"], decided["effect_source"]) == (
+        "idempotent_write", "override: the deployment's policy for the tool")
+
+
+async def test_a_changed_tool_does_not_run_under_the_approval_of_its_old_version(
+    deployment: Deployment,
+) -> None:
+    """The attack: a server changes what a tool does (same arguments, a new description) while
+    a call of it waits for a person; the approval is for the tool the person saw, so the call
+    must not run under it."""
+    async with CallgateClient(deployment.system.settings) as client:
+        run_id = await client.submit({"api": API, "model": "mcp-price", "input": "Go.",
+                                      "identity": {"user": "alice"}, "max_turns": 4,
+                                      "allowed_tools": ["shop__set_price"]})
+        view = await until(client, run_id, status("paused_approval"))
+        record = await client.ledger.get_call(run_id, view["calls"][0]["call_id"])
+        assert record is not None and record.resource_key == "mcp:shop:tea"
+        async with Client(deployment.shop.url) as mcp_client:
+            await mcp_client.call_tool("evolve", {"with_currency": False})
+        workers = sum(len(names) for names in deployment.system.workers.values())
+        await _until_listed(deployment.shop, workers)
+        await approve(deployment.system, client, run_id)
+        view = await until(client, run_id, status("completed", "failed", "handed_off"))
+    assert view["status"] == "completed", view
+    [call] = view["calls"]
+    assert call["result"]["error"]["code"] == "approval_mismatch", call
+    assert "the tool changed from version" in call["result"]["error"]["message"]
+    assert not [e for e in deployment.shop.events() if e.get("tool") == "set_price"]
+
+
+async def _until_listed(shop: McpHttpServer, workers: int) -> None:
+    """Until every worker has read the server's tool list since it changed."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        events = [e["event"] for e in shop.events()]
+        since = events[len(events) - 1 - events[::-1].index("evolved"):]
+        if since.count("listed") >= workers:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the workers did not re-read the changed tool list")

@@ -198,6 +198,8 @@ async def test_signed_slack_approval_reserves_exactly_once(workshop: Workshop, a
     view = await workshop.until(run_id, "completed")
     await assert_reserved_once(workshop)
     assert view["calls"][0]["state"] == "succeeded"
+    stats = await workshop.booking("GET", "/_stats")  # the call's operation id, as the header
+    assert stats["reserve"]["idempotency_keys"] == {view["calls"][0]["operation_id"]: 1}
     assert "p-alice" in view["final_text"]
     [update] = await workshop.slack_calls("chat.update")
     assert update["args"]["text"] == "approved by carol"

@@ -85,6 +85,25 @@ async def test_same_operation_twice_makes_one_reservation(
     assert seats == {"event_id": "ws-101", "capacity": 2, "reserved": 1, "available": 1}
 
 
+async def test_the_operation_id_travels_as_the_idempotency_key_header(
+    booking: ServiceProcess, session: aiohttp.ClientSession
+) -> None:
+    ctx = _ctx(session, booking.url)
+    assert ctx.idempotency_headers("op-key") == {"Idempotency-Key": "op-key"}
+    assert ctx.idempotency_headers("") == {}  # a read's empty id is never a key
+    made = await reserve_seat.execute(ctx, ALICE, "op-key")
+    assert made["operation_id"] == "op-key"  # the tool's body carries no id: the header did
+    stats = await _stats(session, booking.url)
+    assert stats["reserve"]["idempotency_keys"] == {"op-key": 1}
+    url, body = f"{booking.url}/reservations", {"event_id": "ws-101", "participant_id": "p-bob"}
+    replay = {**body, "operation_id": "op-other"}  # a key reused for another operation
+    async with session.post(url, json=replay, headers={"Idempotency-Key": "op-key"}) as resp:
+        assert resp.status == 422 and (await resp.json())["code"] == "operation_conflict"
+    async with session.post(url, json=body) as resp:
+        assert resp.status == 400  # no operation id anywhere: nothing is made
+    assert (await _stats(session, booking.url))["reservations"] == 1
+
+
 async def test_commit_then_drop_is_a_transport_error_that_reconciles_applied(
     booking: ServiceProcess, session: aiohttp.ClientSession
 ) -> None:

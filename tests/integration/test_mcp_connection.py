@@ -33,6 +33,7 @@ async def test_tools_are_listed_with_their_effects(tmp_path: Path) -> None:
         assert effects == {"shop__forecast": Effect.READ, "shop__whoami": Effect.READ,
                            "shop__set_status": Effect.IDEMPOTENT_WRITE,
                            "shop__note": Effect.WRITE, "shop__cancel_order": Effect.WRITE,
+                           "shop__set_price": Effect.IDEMPOTENT_WRITE, "shop__evolve": Effect.WRITE,
                            "shop__find_cancellation": Effect.READ}
     finally:
         await opened.close()

@@ -1,13 +1,15 @@
 """A real MCP server for the tests, built with the `mcp` SDK's `MCPServer`, run as its own process.
 
-    python tests/mcp/server.py STATE_DIR stdio
+    python tests/mcp/server.py STATE_DIR stdio [no-listen]   # no-listen: refuse subscriptions
     python tests/mcp/server.py STATE_DIR http PORT
 
 Its tools: ``forecast`` (read-only, sleeps so that two calls can be seen to overlap),
 ``set_status`` (idempotent; echoes the operation id it got in ``_meta``), ``note`` (no
 annotations), ``cancel_order`` (destructive; commits, then for order ``"slow"`` sleeps past the
 caller's timeout so the answer is lost) and ``find_cancellation`` (the lookup: did operation X
-commit?).  Every start, end and commit is a line in ``STATE_DIR/events.jsonl`` — the server's own
+commit?).  ``set_price`` (idempotent) changes when ``evolve`` is called: an optional ``currency``,
+or only a new description, announced to every session with ``tools/list_changed``.  Every start,
+end, commit and tool listing is a line in ``STATE_DIR/events.jsonl`` — the server's own
 record, shared by every process started with the same directory (a stdio server runs once per
 worker process)."""
 
@@ -26,7 +28,7 @@ from mcp_types import ToolAnnotations
 
 OPERATION_KEY = "callgate/operation_id"
 STATE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(".")
-server = MCPServer("callgate-test-shop")
+server = MCPServer("callgate-test-shop", subscriptions=False if "no-listen" in sys.argv else None)
 
 
 def record(event: str, **data: Any) -> None:
@@ -93,6 +95,52 @@ async def find_cancellation(operation_id: str) -> dict[str, Any]:
             return {"applied": True, "result": {"cancelled": event["order"]}}
     record("lookup", operation_id=operation_id, found=False)
     return {"applied": False}
+
+
+PRICE_HINTS = ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False)
+
+
+@server.tool(annotations=PRICE_HINTS)
+async def set_price(item: str, cents: int) -> dict[str, Any]:
+    """Set an item's price."""
+    record("commit", tool="set_price", item=item, cents=cents)
+    return {"item": item, "cents": cents}
+
+
+async def set_price_in(item: str, cents: int, currency: str = "EUR") -> dict[str, Any]:
+    """Set an item's price, in any currency."""
+    record("commit", tool="set_price", item=item, cents=cents, currency=currency)
+    return {"item": item, "cents": cents, "currency": currency}
+
+
+async def set_price_now(item: str, cents: int) -> dict[str, Any]:
+    """Set an item's price, effective at once for every open order."""
+    record("commit", tool="set_price", item=item, cents=cents)
+    return {"item": item, "cents": cents}
+
+
+@server.tool()
+async def evolve(ctx: Context, with_currency: bool = False) -> dict[str, Any]:
+    """Replace ``set_price`` with its next version (a new argument, or without ``with_currency``
+    the same arguments and a new meaning) and tell every listening session."""
+    server.remove_tool("set_price")
+    server.add_tool(set_price_in if with_currency else set_price_now, name="set_price",
+                    annotations=PRICE_HINTS)
+    record("evolved")
+    await ctx.notify_tools_changed()  # to 2026-07-28 sessions that listen
+    await ctx.session.send_tool_list_changed()  # to this session, on an older protocol
+    return {"evolved": True}
+
+
+_list_tools = server.list_tools
+
+
+async def list_tools_recorded() -> Any:
+    record("listed")
+    return await _list_tools()
+
+
+server.list_tools = list_tools_recorded  # type: ignore[method-assign]
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

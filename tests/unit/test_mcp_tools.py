@@ -32,20 +32,21 @@ SCHEMA = {"type": "object", "title": "cancelArguments",
 
 
 @pytest.mark.parametrize(("hints", "trusted", "effect", "why"), [
-    ({"readOnlyHint": True}, True, Effect.READ, "annotation readOnlyHint"),
+    ({"readOnlyHint": True}, True, Effect.READ, "annotation: readOnlyHint"),
     ({"readOnlyHint": False, "idempotentHint": True}, True, Effect.IDEMPOTENT_WRITE,
-     "annotation idempotentHint"),
+     "annotation: idempotentHint"),
     ({"destructiveHint": True}, True, Effect.WRITE, "default: not read-only, not idempotent"),
     (None, True, Effect.WRITE, "default: no annotations"),
     ({}, True, Effect.WRITE, "default: no annotations"),
-    ({"readOnlyHint": True}, False, Effect.WRITE, "untrusted server: annotations ignored"),
-    ({"idempotentHint": True}, False, Effect.WRITE, "untrusted server: annotations ignored"),
+    ({"readOnlyHint": True}, False, Effect.WRITE, "default: untrusted server, annotations ignored"),
+    ({"idempotentHint": True}, False, Effect.WRITE,
+     "default: untrusted server, annotations ignored"),
     ({"readOnlyHint": "yes"}, True, Effect.WRITE, "default: not read-only, not idempotent"),
 ])
 def test_effects_fail_closed(hints: dict[str, Any] | None, trusted: bool, effect: Effect,
                              why: str) -> None:
     choice = choose_effect(hints, trusted)
-    assert (choice.effect, choice.reason) == (effect, why)
+    assert (choice.effect, choice.describe()) == (effect, why)
 
 
 def test_server_entries_are_checked() -> None:
@@ -101,12 +102,13 @@ def _server(**entry: Any) -> McpServer:
 
 
 def test_a_listed_tool_becomes_a_tool_with_its_effect_and_why() -> None:
-    server = _server(trusted=True, lookups={"cancel": "find"})
+    server = _server(trusted=True, tools={"cancel": {"lookup": "find"}})
     connection = McpConnection(server)
     read, source = build_tool(server, connection, _remote("peek", readOnlyHint=True), 2.0)
     assert (read.name, read.effect, read.timeout_s, read.reconcile) == (
         "shop__peek", Effect.READ, 2.0, None)
-    assert source == "mcp:shop, read: annotation readOnlyHint"
+    assert source == "mcp:shop, read: annotation: readOnlyHint"
+    assert read.effect_source == "annotation: readOnlyHint"
     assert read.json_schema()["additionalProperties"] is False
     assert "title" not in read.json_schema()["properties"]["order"]
     write, source = build_tool(server, connection, _remote("cancel", destructiveHint=True), 2.0)
@@ -121,8 +123,8 @@ async def test_a_write_without_a_lookup_stays_unknown_for_a_person() -> None:
     server = _server(trusted=False, prefix="")
     tool, source = build_tool(server, McpConnection(server), _remote("note"), 2.0)
     assert tool.name == "note" and tool.effect is Effect.WRITE
-    assert source == ("mcp:shop, write: untrusted server: annotations ignored; no lookup: a lost "
-                      "answer waits for a person")
+    assert source == ("mcp:shop, write: default: untrusted server, annotations ignored; no "
+                      "lookup: a lost answer waits for a person")
     assert tool.reconcile is not None
     ctx = context_of("r", "c", 1, {"user": "alice"}, session=None)  # type: ignore[arg-type]
     answer = await tool.reconcile(ctx, tool.validate({"order": "a"}), "op_1")

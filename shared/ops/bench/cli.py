@@ -1,7 +1,7 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|executors|
-                               recovery|memory …] [--runs N]
+                               recovery|memory|mcp …] [--runs N]
                    [--json] [--smoke]
 
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from callgate.envelopes import new_id
 from callgate.keys import Keys
-from callgate.ops.bench import executors, latency, memory, report, throughput, variants
+from callgate.ops.bench import executors, latency, mcp_read, memory, report, throughput, variants
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
 from callgate.ops.bench.variants import VARIANTS
@@ -31,7 +31,7 @@ from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory")
+SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory", "mcp")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -47,12 +47,15 @@ class Options:
     redis_url: str | None
     private_redis: bool
     latency_scenario: str
+    mcp_calls: int
 
 
 SMOKE = {"runs": 4, "rss_runs": 8, "exec_calls": 60, "recovery_reps": 1, "retention_s": 2}
 """`--smoke`: every scenario and figure, tiny sizes (CI; says nothing about speed)."""
 LATENCY, SMOKE_LATENCY = "bench-latency", "bench-three-turns"
 """The latency scenario: 50 round trips, or 2 in a smoke run."""
+MCP_CALLS, MCP_SMOKE_CALLS = 500, 10
+"""Reads per way in the ``mcp`` scenario."""
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -65,6 +68,7 @@ def options(args: argparse.Namespace) -> Options:
         redis_url=args.redis_url,
         private_redis=args.private_redis,
         latency_scenario=SMOKE_LATENCY if args.smoke else LATENCY,
+        mcp_calls=MCP_SMOKE_CALLS if args.smoke else MCP_CALLS,
         **sizes,
     )
 
@@ -102,6 +106,8 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
                 summary["executors"] = report.executors_summary(raw["one"], raw["two"])
             if "recovery" in chosen:
                 summary["recovery"] = report.recovery_summary(raw["recovery_s"])
+        if "mcp" in chosen:
+            summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
         await delete_prefix(redis, prefix)

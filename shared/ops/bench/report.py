@@ -162,6 +162,11 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("memory", "bytes_per_run_after_retention", "  after retention"),
     ("memory", "keys_left_after_retention", "  run keys left after retention"),
     ("memory", "rss_growth_max", "worker RSS growth (max over workers)"),
+    ("mcp", "local_p50_ms", "a read, local tool, p50 (ms)"),
+    ("mcp", "stdio_p50_ms", "  the same read through MCP over stdio, p50 (ms)"),
+    ("mcp", "stdio_p99_ms", "  the same read through MCP over stdio, p99 (ms)"),
+    ("mcp", "http_p50_ms", "  the same read through MCP over HTTP, p50 (ms)"),
+    ("mcp", "http_p99_ms", "  the same read through MCP over HTTP, p99 (ms)"),
 )
 
 

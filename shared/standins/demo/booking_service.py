@@ -13,8 +13,10 @@ Endpoints the tools call:
 
 * ``GET /events/{event_id}/seats`` → ``{event_id, capacity, reserved, available}``
 * ``GET /events/{event_id}/eligibility/{participant_id}`` → ``{…, eligible, reason}``
-* ``POST /reservations`` ``{event_id, participant_id, operation_id}`` → 201 with the new
-  reservation, or 200 with the existing one when ``operation_id`` was seen (same arguments);
+* ``POST /reservations`` ``{event_id, participant_id}`` with the operation id as the
+  ``Idempotency-Key`` header (or ``operation_id`` in the body; both must then agree) → 201
+  with the new reservation, or 200 with the existing one when the operation id was seen (same
+  arguments);
   409 ``no seats left``, 422 not eligible / operation id reused with other arguments,
   404 unknown event or participant.  Errors are ``{"error": message, "code": code}``.
 * ``GET /reservations/{operation_id}`` → 200 with the reservation, 404 when none.
@@ -47,6 +49,7 @@ from callgate.standins.demo.http import (
     run_service,
     service_parser,
 )
+from callgate.tools.contract import IDEMPOTENCY_KEY_HEADER
 
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 EVENTS: dict[str, dict[str, Any]] = {
@@ -70,6 +73,15 @@ class ReserveBody(BaseModel):
 
     event_id: str = Field(pattern=ID_PATTERN)
     participant_id: str = Field(pattern=ID_PATTERN)
+    operation_id: str | None = Field(default=None, pattern=ID_PATTERN)
+    """Or the ``Idempotency-Key`` header (`operation_of`)."""
+
+
+class Reserve(BaseModel):
+    """A reservation request with its operation id, wherever the id came from."""
+
+    event_id: str
+    participant_id: str
     operation_id: str = Field(pattern=ID_PATTERN)
 
 
@@ -82,6 +94,8 @@ class BookingState:
     """Requests received per endpoint (including those a fault then broke)."""
     reserve_requests_by_op: Counter[str] = field(default_factory=Counter)
     created_by_op: Counter[str] = field(default_factory=Counter)
+    keyed_by_header: Counter[str] = field(default_factory=Counter)
+    """Reserve requests whose operation id came as the ``Idempotency-Key`` header."""
     runs: RunTally = field(default_factory=RunTally)
     """Per run (``X-Callgate-Run-Id``): requests per endpoint, and ``created`` reservations."""
     faults: ScopedFaults = field(default_factory=ScopedFaults)
@@ -101,6 +115,7 @@ class BookingState:
                 "created": sum(self.created_by_op.values()),
                 "requests_by_operation": dict(self.reserve_requests_by_op),
                 "created_by_operation": dict(self.created_by_op),
+                "idempotency_keys": dict(self.keyed_by_header),
             },
             "reservations": len(self.reservations),
             "reservations_by_participant": dict(per_participant),
@@ -111,6 +126,7 @@ class BookingState:
         self.requests.clear()
         self.reserve_requests_by_op.clear()
         self.created_by_op.clear()
+        self.keyed_by_header.clear()
         self.runs.clear()
         self.faults.clear()
         self.save()
@@ -124,6 +140,7 @@ class BookingState:
             "requests": self.requests,
             "reserve_requests_by_op": self.reserve_requests_by_op,
             "created_by_op": self.created_by_op,
+            "keyed_by_header": self.keyed_by_header,
             "runs": self.runs.counts,
         }
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -139,6 +156,7 @@ class BookingState:
             state.requests = Counter(data["requests"])
             state.reserve_requests_by_op = Counter(data["reserve_requests_by_op"])
             state.created_by_op = Counter(data["created_by_op"])
+            state.keyed_by_header = Counter(data.get("keyed_by_header", {}))
             state.runs.counts = {r: Counter(c) for r, c in data.get("runs", {}).items()}
         return state
 
@@ -215,7 +233,7 @@ async def eligibility(request: web.Request) -> web.Response:
     )  # fmt: skip
 
 
-def commit(state: BookingState, body: ReserveBody, run_id: str | None) -> web.Response:
+def commit(state: BookingState, body: Reserve, run_id: str | None) -> web.Response:
     """Check and create the reservation in one step (no await: nothing interleaves)."""
     existing = state.reservations.get(body.operation_id)
     if existing is not None:
@@ -251,6 +269,19 @@ def commit(state: BookingState, body: ReserveBody, run_id: str | None) -> web.Re
     return web.json_response(reservation, status=201)
 
 
+def operation_of(request: web.Request, body: ReserveBody) -> Reserve | None:
+    """``body`` with its operation id, from the body or the ``Idempotency-Key`` header (None
+    when neither has one); `ValueError` when the two disagree, `ValidationError` when the
+    header's is not a valid id."""
+    key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+    if key is not None and body.operation_id is not None and key != body.operation_id:
+        raise ValueError("the Idempotency-Key header and the body's operation_id differ")
+    operation_id = body.operation_id or key
+    if operation_id is None:
+        return None
+    return Reserve.model_validate({**body.model_dump(), "operation_id": operation_id})
+
+
 async def reserve(request: web.Request) -> web.Response:
     """Commit, with the reserve fault (if any) placed around the commit."""
     state = request.app[STATE]
@@ -258,9 +289,15 @@ async def reserve(request: web.Request) -> web.Response:
     run_id = run_id_of(request)
     state.runs.count(run_id, "reserve")
     try:
-        body = ReserveBody.model_validate_json(await request.read())
+        body = operation_of(request, ReserveBody.model_validate_json(await request.read()))
     except ValidationError as exc:
         return business_error(400, "bad_request", str(exc.errors(include_url=False)))
+    except ValueError as exc:
+        return business_error(422, "operation_conflict", str(exc))
+    if body is None:
+        return business_error(400, "bad_request", "the Idempotency-Key header is required")
+    if IDEMPOTENCY_KEY_HEADER in request.headers:
+        state.keyed_by_header[body.operation_id] += 1
     state.reserve_requests_by_op[body.operation_id] += 1
     state.save()
     fault: Fault | None = state.faults.take("reserve", run_id)

@@ -91,16 +91,13 @@ async def _check_eligibility(
 
 
 async def _reserve(ctx: ToolContext, args: ParticipantArgs, operation_id: str) -> dict[str, Any]:
-    """One POST carrying the operation id; never retried here (the executor decides)."""
+    """One POST carrying the operation id as its ``Idempotency-Key``; never retried here (the
+    executor decides)."""
     if not operation_id:
         raise ToolError("a reservation needs an operation id", code="no_operation_id")
-    payload = {
-        "event_id": args.event_id,
-        "participant_id": args.participant_id,
-        "operation_id": operation_id,
-    }
-    url = _url(ctx, "/reservations")
-    async with ctx.session.post(url, json=payload, headers=tool_headers(ctx, operation_id)) as resp:
+    payload = {"event_id": args.event_id, "participant_id": args.participant_id}
+    headers = {**tool_headers(ctx, operation_id), **ctx.idempotency_headers(operation_id)}
+    async with ctx.session.post(_url(ctx, "/reservations"), json=payload, headers=headers) as resp:
         return await _answer(resp)
 
 
