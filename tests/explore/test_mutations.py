@@ -14,7 +14,7 @@ from tests.explore.mutations import MUTATIONS
 pytestmark = pytest.mark.slow
 
 FIND_WITHIN_S = 60.0
-SHRINK_S = 10.0
+SHRINK_S = 15.0
 SHORT = 20
 """Steps a shrunk schedule may have at most."""
 EXPECTED = {

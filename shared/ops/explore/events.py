@@ -11,6 +11,7 @@ chosen when it is asked (`callgate.ops.explore.store`, `callgate.ops.explore.mod
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ KINDS: tuple[str, ...] = (
     *(f"{verb}:{group}" for verb in ("deliver", "redeliver", "crash") for group in BOUNDARIES),
     "start",
     "restart",
+    "crash:ingress",
     "duplicate",
     "service_up",
     "service_down",
@@ -93,14 +95,25 @@ def describe(raw: bytes | None) -> tuple[str, str | None, str | None]:
 
 
 async def fetch(world: World, entries: list[Entry]) -> None:
-    """Move every new stream entry into its group's pending list (as a worker's read does)."""
+    """Move every new stream entry into its group's pending list (as a worker's read does).
+    Each gets a label of its own: a second message that reads the same (another decision on
+    the same run and turn, a duplicate) is ``#2``, so a replay picks the very same one."""
+    seen = Counter(_base(e.label) for e in entries)
     for name, worker in world.workers.items():
         streams = dict.fromkeys(worker.accepts, ">")
         replies = await world.redis.xreadgroup(name, f"{name}-x", streams, count=READ_BATCH)
         for stream, items in replies or []:
             for message_id, fields in items:
                 raw = fields.get(b"d")
-                entries.append(Entry(name, _text(stream), _text(message_id), raw, describe(raw)[0]))
+                label = describe(raw)[0]
+                seen[label] += 1
+                if seen[label] > 1:
+                    label = f"{label} #{seen[label]}"
+                entries.append(Entry(name, _text(stream), _text(message_id), raw, label))
+
+
+def _base(label: str) -> str:
+    return label.rsplit(" #", 1)[0]
 
 
 async def pending_ids(world: World) -> set[tuple[str, str]]:

@@ -25,10 +25,11 @@ from callgate.ops.explore.events import (
     pending_ids,
 )
 from callgate.ops.explore.people import People
-from callgate.ops.explore.world import World
+from callgate.ops.explore.world import Crashed, World
 from callgate.sweeps import sweep_approvals, sweep_deadlines
 
 SMALL_STEP_MS = 1_000
+INGRESS_BOUNDARY = "ingress.after_create"
 RECENT = 3
 """Messages a duplicate may copy: the last few handled."""
 
@@ -166,17 +167,31 @@ class Possible:
         ]
 
     def _restarts(self) -> list[Event]:
-        return [
-            Event(
-                "restart",
-                f"the start job of {p.run_id} is delivered again",
-                self._start(p),
-                run_id=p.run_id,
-                fault=True,
-            )
-            for p in self.plans
-            if p.run_id in self.started
-        ]
+        """A start job delivered again (arq is at least once), or the ingress dying just
+        after it created the run (the job is then delivered again by a restart event)."""
+        found = []
+        for plan in self.plans:
+            if plan.run_id in self.started:
+                found.append(
+                    Event(
+                        "restart",
+                        f"the start job of {plan.run_id} is delivered again",
+                        self._start(plan),
+                        run_id=plan.run_id,
+                        fault=True,
+                    )
+                )
+            else:
+                found.append(
+                    Event(
+                        "crash:ingress",
+                        f"the ingress dies as it starts {plan.run_id}",
+                        self._start(plan, INGRESS_BOUNDARY),
+                        run_id=plan.run_id,
+                        fault=True,
+                    )
+                )
+        return found
 
     def _service(self) -> list[Event]:
         found = [
@@ -195,13 +210,20 @@ class Possible:
 
     # -- acts ------------------------------------------------------------------------------
 
-    def _start(self, plan: PlannedRun) -> Callable[[], Awaitable[str | None]]:
+    def _start(
+        self, plan: PlannedRun, boundary: str | None = None
+    ) -> Callable[[], Awaitable[str | None]]:
         async def act() -> str | None:
             self.started.add(plan.run_id)
+            self.world.armed = boundary
             try:
                 await self.world.start(plan.run_id, self.specs[plan.run_id])
+            except Crashed:
+                return f"the ingress died at {boundary}"
             except Exception as exc:  # a refused start job fails as arq would record it
                 return f"refused: {type(exc).__name__}"
+            finally:
+                self.world.armed = None
             return None
 
         return act

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from callgate.ops.explore.choices import Choices
+from callgate.ops.explore.choices import EVENT, Choices
 from callgate.ops.explore.episode import Outcome, run_episode
 from callgate.ops.explore.events import KINDS
 from callgate.ops.explore.world import World
@@ -138,18 +138,36 @@ async def shrink(world: World, seed: int, found: Outcome, budget_s: float) -> Ou
         best = outcome
         return True
 
-    chunk = max(1, len(best.choices) // 2)
-    while chunk >= 1 and time.monotonic() < deadline:
-        start, removed = 0, False
-        while start < len(best.choices) and time.monotonic() < deadline:
-            choices = best.choices
-            if await still_breaks(choices[:start] + choices[start + chunk :]):
-                removed = True
-            else:
-                start += chunk
-        if not removed:
-            chunk //= 2
+    for split in (steps_of, tokens_of):  # whole steps first, then single answers
+        chunk = max(1, len(split(best.choices)) // 2)
+        while chunk >= 1 and time.monotonic() < deadline:
+            start, removed = 0, False
+            while start < len(split(best.choices)) and time.monotonic() < deadline:
+                units = split(best.choices)
+                if await still_breaks(
+                    [t for u in units[:start] + units[start + chunk :] for t in u]
+                ):
+                    removed = True
+                else:
+                    start += chunk
+            if not removed:
+                chunk //= 2
     return best
+
+
+def steps_of(choices: list[str]) -> list[list[str]]:
+    """The choices by step: each event with the answers given during it."""
+    steps: list[list[str]] = []
+    for token in choices:
+        if token.startswith(EVENT) or not steps:
+            steps.append([token])
+        else:
+            steps[-1].append(token)
+    return steps
+
+
+def tokens_of(choices: list[str]) -> list[list[str]]:
+    return [[token] for token in choices]
 
 
 def write_replay(found: Found, path: Path) -> None:
