@@ -12,8 +12,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
+from typing import Any
+
+import orjson
 
 from callgate.config import Settings
 
@@ -25,6 +28,14 @@ Progress = Callable[[str], None]
 
 def progress_to_stderr(message: str) -> None:
     print(f"callgate: {message}", file=sys.stderr, flush=True)
+
+
+def print_figures(fig: Mapping[str, Any], text: str, *, as_json: bool) -> None:
+    """A long command's result on stdout: its figures as JSON, or the text a person reads."""
+    if as_json:
+        sys.stdout.write(orjson.dumps(fig, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(text)
 
 
 def worker_argv(name: str) -> list[str]:

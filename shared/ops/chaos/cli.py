@@ -10,14 +10,11 @@ every invariant has its required value, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
-
-import orjson
 
 from callgate.ops.chaos.report import render
 from callgate.ops.chaos.run import ChaosOptions, run_chaos
-from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt
+from callgate.ops.stack import print_figures, progress_to_stderr, sigterm_as_interrupt
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -40,15 +37,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
         progress_to_stderr(f"chaos: {options.runs} runs, seed {options.seed}")
         fig = run_chaos(options, progress_to_stderr)
         text = render(fig)
-    _print(fig, text, as_json=args.json)
+    print_figures(fig, text, as_json=args.json)
     return 0 if fig["ok"] else 1
-
-
-def _print(fig: dict[str, Any], text: str, *, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(orjson.dumps(fig, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        print(text)
 
 
 def add_command(sub: Any) -> None:

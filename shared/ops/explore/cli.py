@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from callgate.ops import exits
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.explore.episode import Outcome
@@ -34,7 +32,7 @@ from callgate.ops.explore.session import (
     write_replay,
 )
 from callgate.ops.explore.world import World, new_home, quiet_logs
-from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt
+from callgate.ops.stack import print_figures, progress_to_stderr, sigterm_as_interrupt
 
 DEFAULT_OUT = Path("explore-failure.json")
 
@@ -116,7 +114,7 @@ def _cmd_explore(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if report.found is not None:
         write_replay(report.found, out)
-    _print(fig, render(fig, out), as_json=args.json)
+    print_figures(fig, render(fig, out), as_json=args.json)
     return exits.OK if report.found is None else exits.ENDED
 
 
@@ -134,13 +132,6 @@ def _cmd_replay(path: Path) -> int:
         return exits.OK
     print(f"broken: {outcome.broken} — {'; '.join(outcome.violation[outcome.broken][:3])}")
     return exits.ENDED
-
-
-def _print(fig: dict[str, Any], text: str, *, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(orjson.dumps(fig, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        print(text)
 
 
 def add_command(sub: Any) -> None:
