@@ -66,6 +66,14 @@ class Store:
     requests: Counter[str] = field(default_factory=Counter)
     dispatches: list[Dispatch] = field(default_factory=list)
 
+    def reset(self) -> None:
+        """Up again, with no effects and no requests: a new episode's service."""
+        self.down = False
+        self.effects.clear()
+        self.created.clear()
+        self.requests.clear()
+        self.dispatches.clear()
+
     async def serve(self, tool: Tool[Any], ctx: ToolContext, args: Item, op: str) -> dict[str, Any]:
         """Answer one request as the schedule chooses."""
         options = READ_OUTCOMES if tool.effect is Effect.READ else WRITE_OUTCOMES

@@ -78,12 +78,12 @@ class Worker:
     acker: Acker
     ack_task: asyncio.Task[None]
     on_dead: Callable[[DeadLetter], Awaitable[None]]
-    dead: list[DeadLetter] = field(default_factory=list)
+    """Its dead-letter hook, as `serve` wires it (the run is failed where the spec says)."""
     runner: MessageRunner = field(init=False)
 
 
 class World:
-    """Build with `open`; `reset` before every episode; `close` at the end."""
+    """Built once per session; `reset` before every episode; `close` at the end."""
 
     def __init__(self, redis_url: str, home: Path) -> None:
         keyring = LocalKeyring(home)
@@ -131,11 +131,7 @@ class World:
         envelopes.use_id_source(ids.randbytes)
         clock.use_clock(lambda: self.now_ms)
         crashpoints.on_boundary = self._on_boundary
-        self.store.down = False
-        self.store.effects.clear()
-        self.store.created.clear()
-        self.store.requests.clear()
-        self.store.dispatches.clear()
+        self.store.reset()
         self.model.received.clear()
         for spec in SPECS:
             self.workers[spec.name] = await self._worker(spec)
@@ -147,15 +143,13 @@ class World:
         }
         await ensure_groups(self.redis, spec.name, list(accepts))
         acker = Acker(self.redis, spec.name)
-        dead: list[DeadLetter] = []
 
         async def on_dead(letter: DeadLetter) -> None:
-            dead.append(letter)
             if spec.on_dead_letter is not None:
                 await spec.on_dead_letter(runtime, letter)
 
         task = asyncio.create_task(acker.run(), name=f"explore-acks-{spec.name}")
-        worker = Worker(spec, runtime, accepts, acker, task, on_dead, dead)
+        worker = Worker(spec, runtime, accepts, acker, task, on_dead)
         await self._new_runner(worker)
         return worker
 
