@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Collection, Sequence
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
+from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, Scripts, trim_settled
@@ -102,10 +102,10 @@ async def announce(redis: aioredis.Redis, key: str, consumer: str) -> None:
     """Until cancelled: ``consumer``'s time (ms) in the sorted set ``key``, every `PRESENCE_S`,
     and entries older than `PRESENCE_KEPT_S` dropped (consumers of processes long gone)."""
     while True:
-        now_ms = time.time() * 1000
+        now = now_ms()
         try:
-            await redis.zadd(key, {consumer: now_ms})
-            await redis.zremrangebyscore(key, "-inf", now_ms - PRESENCE_KEPT_S * 1000)
+            await redis.zadd(key, {consumer: now})
+            await redis.zremrangebyscore(key, "-inf", now - PRESENCE_KEPT_S * 1000)
         except REDIS_ERRORS as exc:
             log.warning("presence not recorded", extra=log_fields(error=repr(exc)))
         await asyncio.sleep(PRESENCE_S)

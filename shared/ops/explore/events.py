@@ -67,6 +67,8 @@ class Entry:
     message_id: str
     raw: bytes | None
     label: str
+    run_id: str | None = None
+    call_id: str | None = None
     handed: int = 0
 
 
@@ -105,11 +107,13 @@ async def fetch(world: World, entries: list[Entry]) -> None:
         for stream, items in replies or []:
             for message_id, fields in items:
                 raw = fields.get(b"d")
-                label = describe(raw)[0]
+                label, run_id, call_id = describe(raw)
                 seen[label] += 1
                 if seen[label] > 1:
                     label = f"{label} #{seen[label]}"
-                entries.append(Entry(name, _text(stream), _text(message_id), raw, label))
+                entries.append(
+                    Entry(name, _text(stream), _text(message_id), raw, label, run_id, call_id)
+                )
 
 
 def _base(label: str) -> str:

@@ -19,7 +19,6 @@ from callgate.ops.explore.events import (
     BOUNDARIES,
     Entry,
     Event,
-    describe,
     fetch,
     hand,
     pending_ids,
@@ -123,8 +122,8 @@ class Possible:
         world, now = self.world, self.world.now_ms
         found = []
         timers = [
-            await _next_timer(world, world.keys.pending_approvals(0), now),
-            await _next_timer(world, world.keys.deadlines(0), now),
+            await _first_after(world, world.keys.pending_approvals(0), now),
+            await _first_after(world, world.keys.deadlines(0), now),
         ]
         due = min((t for t in timers if t is not None), default=None)
         if due is not None:
@@ -266,8 +265,7 @@ def _about(
     *,
     fault: bool = False,
 ) -> Event:
-    _, run_id, call_id = describe(entry.raw)
-    return Event(kind, label, act, run_id, call_id, fault)
+    return Event(kind, label, act, entry.run_id, entry.call_id, fault)
 
 
 def _handing(
@@ -295,7 +293,7 @@ async def _due(world: World, index: str, now: int) -> bool:
     return bool(await world.redis.zcount(index, "-inf", now))
 
 
-async def _next_timer(world: World, index: str, now: int) -> int | None:
+async def _first_after(world: World, index: str, now: int) -> int | None:
     found = await world.redis.zrangebyscore(
         index, f"({now}", "+inf", start=0, num=1, withscores=True
     )
