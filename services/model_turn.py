@@ -126,7 +126,7 @@ class ModelTurn:
         run = facts.run
         if run.status != RunState.AWAITING_MODEL or run.turn != message.turn:
             return None  # stale or duplicate: the turn was taken already
-        tx = Tx()
+        tx = Tx("take_turn")
         binding = self._bind_history(tx, run, facts.history)
         ended = budget_end(run, now_ms())
         if ended is not None:
@@ -272,7 +272,7 @@ class ModelTurn:
             run.run_id, [c.provider_call_id for c in step.calls]
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-        tx = self.ledger.model_response(Tx(), run, outcome.record, outcome.event.kind,
+        tx = self.ledger.model_response(Tx("finish_turn"), run, outcome.record, outcome.event.kind,
                                         self._kept(outcome)[0])
         await self._finish(tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome,
                            delivery)
@@ -319,7 +319,7 @@ class ModelTurn:
         """End or advance the turn from its calls' outcomes, bound to those very outcomes."""
         run = facts.run
         step = after_results(facts.calls)
-        tx = Tx()
+        tx = Tx("settle_turn")
         binding = Binding()
         for call in facts.calls:
             bind(tx, self.rt.keys.call(run.run_id, call.call_id), SettledCall.of(call), binding)

@@ -66,7 +66,7 @@ class ApprovalSteps(Reads):
         """Decide ``record`` (approved, denied, or expired without a ``decider``) and, if it
         was the batch's last pending approval, release the batch; guarded on every sibling
         still pending and on the decision never having been applied before."""
-        tx = Tx()
+        tx = Tx("apply_decision")
         state = APPROVAL_STATE.get(to, "expired")
         self._consume(tx, record, state, decider, reason)
         person = None if decider is None else decider.person
@@ -125,7 +125,8 @@ class ApprovalSteps(Reads):
         """Drop an inbox entry whose approval no longer waits: its record expired with its run,
         or was decided by a step older than the index.  Unguarded, as both are for good (a
         record is made in the step that adds its entry, and decided states are final)."""
-        return self.inbox_remove(Tx(), self.keys.pending_approvals, run_id, approval_id)
+        tx = Tx("forget_stale_pending")
+        return self.inbox_remove(tx, self.keys.pending_approvals, run_id, approval_id)
 
     def once(self, tx: Tx, run_id: str, jti: str, what: str) -> Tx:
         """Guard on a person's decision (by its token id) never applied before, and mark it."""
@@ -138,7 +139,7 @@ class ApprovalSteps(Reads):
     ) -> Tx:
         """Record a refused decision in the run's trace.  A forged decision naming no run
         must not leave an event stream behind that nothing would ever expire."""
-        tx = Tx()
+        tx = Tx("refuse_decision")
         if only_if_run_exists:
             tx.expect(self.keys.run(run_id), "status", *RunState)
         return self.event(tx, run_id, event, **data)

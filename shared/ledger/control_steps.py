@@ -34,7 +34,7 @@ class ControlSteps(ResolveSteps):
         reason: str | None, msg_id: str,
     ) -> Tx:
         """``run`` (as read) → ``cancelled``, with ``calls`` (its current turn's) not started."""
-        tx = self.once(Tx(), run.run_id, decider.jti, "cancel")
+        tx = self.once(Tx("cancel_run"), run.run_id, decider.jti, "cancel")
         why = f"cancelled by {decider.person}" + (f": {reason}" if reason else "")
         for call in calls:
             if call.state not in NOT_STARTED:
@@ -57,7 +57,7 @@ class ControlSteps(ResolveSteps):
     ) -> Tx:
         """``run`` (as read, paused incomplete or handed off) → asking the model for ``turn``
         under the new budget."""
-        tx = self.once(Tx(), run.run_id, decider.jti, "resume")
+        tx = self.once(Tx("resume_run"), run.run_id, decider.jti, "resume")
         fields = {"turn": turn, "max_turns": max_turns, "deadline_ms": deadline_ms,
                   "max_total_tokens": max_total_tokens,
                   "reason": f"resumed by {decider.person}"}
@@ -85,7 +85,8 @@ class ControlSteps(ResolveSteps):
     ) -> Tx:
         """A completed ``run`` (as read) takes a follow-up input as its next turn, in the
         provider's own history; guarded on the reply never admitted before."""
-        tx = self.once(Tx(), run.run_id, f"reply:{reply_id}", "reply")  # conversation.reply_key
+        reply_key = f"reply:{reply_id}"  # conversation.reply_key
+        tx = self.once(Tx("reply_run"), run.run_id, reply_key, "reply")
         self.run_transition(tx, run.run_id, [RunState.COMPLETED], RunState.AWAITING_MODEL,
                             expect_turn=run.turn,
                             fields={"turn": run.turn + 1, "max_turns": max_turns,

@@ -318,7 +318,7 @@ def require_calls(
 
 
 def _evalsha(tx: Tx) -> tuple[Any, ...]:
-    return ("evalsha", APPLY_SHA, len(tx.keys), *tx.keys, tx.payload())
+    return ("evalsha", APPLY_SHA, len(tx.keys), *tx.keys, tx.payload(), tx.step)
 
 
 def _rejected(exc: ResponseError) -> Exception:

@@ -30,8 +30,8 @@ class ResolveSteps(LoopSteps):
 
     def _resolving(self, call: CallRecord, decider: Decider) -> Tx:
         """The guards every resolution shares; the call leaves the inbox."""
-        tx = Tx().expect(self.keys.call(call.run_id, call.call_id), "operation_id",
-                         call.operation_id or "")
+        tx = Tx("resolve_call").expect(self.keys.call(call.run_id, call.call_id),
+                                       "operation_id", call.operation_id or "")
         self.inbox_remove(tx, self.keys.unresolved_calls, call.run_id, call.call_id)
         return self.once(tx, call.run_id, decider.jti, call.call_id)
 

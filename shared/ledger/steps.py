@@ -78,7 +78,7 @@ class LoopSteps(ApprovalSteps):
         """Create ``run`` once with its first history items, indexes and turn-1 request."""
         key = self.keys.run(run.run_id)
         partition = self.keys.partition(run.run_id)
-        tx = Tx().expect_missing(key).hset(key, run.to_hash())
+        tx = Tx("start_run").expect_missing(key).hset(key, run.to_hash())
         self.index_add(tx, self.keys.runs_index, run.run_id, {run.run_id: run.created_ms})
         if run.deadline_ms is not None:
             tx.zadd(self.keys.deadlines(partition), {run.run_id: float(run.deadline_ms)})
@@ -119,6 +119,7 @@ class LoopSteps(ApprovalSteps):
         assistant: Sequence[bytes] = (),
     ) -> Tx:
         """End (or pause) the run at this turn; a terminal run's keys start to expire."""
+        tx.step = "finish_turn"
         if assistant:
             tx.rpush(self.keys.history(run.run_id), *assistant)
         self.run_transition(tx, run.run_id, [RunState.AWAITING_MODEL], status,
@@ -136,6 +137,7 @@ class LoopSteps(ApprovalSteps):
         facts: DecideFacts | None,
     ) -> Tx:
         """Record the turn's calls and the assistant's items; hand the calls to the validator."""
+        tx.step = "start_calls"
         for call in calls:
             self.create_call(tx, call)
         call_ids = [call.call_id for call in calls]
@@ -149,13 +151,14 @@ class LoopSteps(ApprovalSteps):
 
     def note_retry(self, run: RunRecord, attempt: int, reason: str, delay_s: float) -> Tx:
         """A model request of this turn failed and is asked again after ``delay_s``."""
-        return self.event(Tx(), run.run_id, "model.retry", turn=run.turn, attempt=attempt,
-                          reason=reason, delay_s=delay_s)
+        return self.event(Tx("note_retry"), run.run_id, "model.retry", turn=run.turn,
+                          attempt=attempt, reason=reason, delay_s=delay_s)
 
     def advance_turn(
         self, tx: Tx, run: RunRecord, items: Sequence[bytes], *, reason: str
     ) -> Tx:
         """Append ``items`` to the history and request the next turn, guarded on this turn."""
+        tx.step = "advance_turn"
         if items:
             tx.rpush(self.keys.history(run.run_id), *items)
         self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
@@ -166,23 +169,26 @@ class LoopSteps(ApprovalSteps):
     def answer_rejected(self, tx: Tx, run: RunRecord, items: Sequence[bytes], why: str) -> Tx:
         """The final answer failed the run's acceptance rule: tell the model, take a turn."""
         self.advance_turn(tx, run, items, reason="fix_answer")
+        tx.step = "answer_rejected"
         return self.event(tx, run.run_id, "answer.rejected", turn=run.turn, reason=why)
 
     def end_turn(self, tx: Tx, run: RunRecord, status: RunState, reason: str) -> Tx:
         """The turn's results end or pause the run (e.g. a write whose outcome is unknown)."""
+        tx.step = "end_turn"
         return self.run_transition(tx, run.run_id, [run.status], status, expect_turn=run.turn,
                                    fields={"reason": reason})
 
     def drop_deadline(self, run_id: str) -> Tx:
         """Take a run that is gone or over off the deadline sweep's index."""
-        return Tx().zrem(self.keys.deadlines(self.keys.partition(run_id)), run_id)
+        return Tx("drop_deadline").zrem(self.keys.deadlines(self.keys.partition(run_id)), run_id)
 
     async def end_run(self, run: RunRecord, status: RunState, reason: str) -> Tx:
         """Move a live run to ``status`` from the state it was read in (a dead letter, a
         deadline); a concurrent change makes the step a no-op.  Its calls still waiting for a
         person end ``cancelled`` and their approvals are withdrawn: nothing lists as pending
         an approval no run will ever use."""
-        tx = self.run_transition(Tx(), run.run_id, run.status, status, fields={"reason": reason})
+        tx = self.run_transition(Tx("end_run"), run.run_id, run.status, status,
+                                 fields={"reason": reason})
         why = f"the run ended ({status.value}): {reason}"
         ended = {"reason": why, "result": error_result("cancelled", why)}
         for call in await self.turn_calls(run.run_id, run.turn):
@@ -204,7 +210,7 @@ class LoopSteps(ApprovalSteps):
     def check_decide(self, run_id: str, turn: int, facts: DecideFacts) -> tuple[Tx, Binding]:
         """A step that writes nothing: the facts hold and the turn still waits for them.
         Taken before anything with I/O (a tool's preconditions) runs for them."""
-        tx = Tx().expect(self.keys.run(run_id), "status", RunState.VALIDATING)
+        tx = Tx("check_decide").expect(self.keys.run(run_id), "status", RunState.VALIDATING)
         tx.expect(self.keys.run(run_id), "turn", str(turn))
         for call in facts.calls:
             tx.expect(self.keys.call(run_id, call.call_id), "state", CallState.REQUESTED)
@@ -214,7 +220,7 @@ class LoopSteps(ApprovalSteps):
         self, run_id: str, turn: int, facts: DecideFacts, verdicts: Sequence[Verdict]
     ) -> tuple[Tx, Binding]:
         """Record every verdict, pause for approvals or start executing, dispatch the calls."""
-        tx = Tx()
+        tx = Tx("decide_calls")
         binding = self.bind_decide(tx, run_id, facts)
         approvals = [v for v in verdicts if v.approval is not None]
         for verdict in verdicts:
@@ -242,7 +248,7 @@ class LoopSteps(ApprovalSteps):
         on the facts the executor will run it on.  With ``consume`` (an approval id) the
         approval moves ``approved → consumed`` in the same step, so one approval sends one
         call once; a re-take finds it already ``consumed`` by this very call."""
-        tx = Tx()
+        tx = Tx("take_call")
         if facts.state == CallState.EXECUTING:
             tx.expect(self.keys.call(run_id, call_id), "attempts", str(facts.attempts))
         binding = self.bind_exec(tx, run_id, call_id, facts)
@@ -264,7 +270,8 @@ class LoopSteps(ApprovalSteps):
         sensitive: frozenset[str],
     ) -> Tx:
         """The execution's outcome, its message and the chain's next call, in one step."""
-        tx = Tx().expect(self.keys.call(call.run_id, call.call_id), "attempts", str(attempt))
+        tx = Tx("settle_call").expect(self.keys.call(call.run_id, call.call_id), "attempts",
+                                     str(attempt))
         fields: dict[str, Any] = {}
         if outcome.result is not None:
             fields["result"] = outcome.result
@@ -278,7 +285,8 @@ class LoopSteps(ApprovalSteps):
 
     def orphaned_write(self, call: CallRef, attempts: int, chain: tuple[str, ...]) -> Tx:
         """A write found ``executing`` after its executor died: its outcome is unknown."""
-        tx = Tx().expect(self.keys.call(call.run_id, call.call_id), "attempts", str(attempts))
+        tx = Tx("orphaned_write").expect(self.keys.call(call.run_id, call.call_id), "attempts",
+                                        str(attempts))
         reason = "executor died while the write was in flight"
         self.call_transition(tx, call.run_id, call.call_id, [CallState.EXECUTING],
                              CallState.UNKNOWN, fields={"reason": reason})
@@ -308,23 +316,25 @@ class LoopSteps(ApprovalSteps):
     # ---- reconciliation ------------------------------------------------------------------
     def claim_reconcile(self, call: CallRecord) -> Tx:
         """``unknown → reconciling``: one reconciler asks the authoritative system."""
-        return self.call_transition(Tx(), call.run_id, call.call_id, [CallState.UNKNOWN],
-                                    CallState.RECONCILING)
+        return self.call_transition(Tx("claim_reconcile"), call.run_id, call.call_id,
+                                    [CallState.UNKNOWN], CallState.RECONCILING)
 
     def settle_reconcile(
         self, call: CallRecord, outcome: Outcome, chain: tuple[str, ...], sensitive: frozenset[str]
     ) -> Tx:
         """The authoritative system answered: the confirmed result, or "not applied"."""
         fields: dict[str, Any] = {"result": outcome.result, "reason": outcome.reason}
-        tx = self.call_transition(Tx(), call.run_id, call.call_id, [CallState.RECONCILING],
-                                  outcome.state, fields=fields, sensitive=sensitive)
+        tx = self.call_transition(Tx("settle_reconcile"), call.run_id, call.call_id,
+                                  [CallState.RECONCILING], outcome.state, fields=fields,
+                                  sensitive=sensitive)
         return self.report(tx, call, Outcome(outcome.state, None), chain, carry=False)
 
     def unresolved(self, run: RunRecord, call: CallRecord, *, pause: bool) -> Tx:
         """Still unknown after every check: the call waits for a person; with ``pause`` the run
         pauses too and a person is notified.  Nothing is replayed."""
-        tx = self.call_transition(Tx(), call.run_id, call.call_id, [CallState.RECONCILING],
-                                  CallState.UNRESOLVED, fields={"reason": UNRESOLVED_REASON})
+        tx = self.call_transition(Tx("unresolved"), call.run_id, call.call_id,
+                                  [CallState.RECONCILING], CallState.UNRESOLVED,
+                                  fields={"reason": UNRESOLVED_REASON})
         self.inbox_add(tx, self.keys.unresolved_calls, call.run_id, call.call_id, now_ms())
         if not pause:
             return tx

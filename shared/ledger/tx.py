@@ -8,7 +8,8 @@ Redis Cluster slot, which the key builder guarantees for one run (`callgate.keys
 raises at once, here, rather than as CROSSSLOT on a cluster in production.
 
 Encoding: KEYS = every key once; ARGV[1] = one JSON array of strings
-``[G, code, key_index, n, arg_1..arg_n, code, …]`` where the first G entries are guards.  One
+``[G, code, key_index, n, arg_1..arg_n, code, …]`` where the first G entries are guards;
+ARGV[2] = the step's name (`Tx.step`), which the script ignores.  One
 JSON argument rather than dozens of ARGV items because redis-py packs each argument in pure
 Python (about 7 µs each) while ``orjson.dumps`` and Redis's cjson handle the list in one call.
 The price is that values must be text: bytes are accepted only if they are UTF-8, which every
@@ -99,7 +100,10 @@ def _arg(value: Value) -> str:
 class Tx:
     """Builder of one guarded atomic batch; methods return ``self`` so calls can chain."""
 
-    def __init__(self) -> None:
+    def __init__(self, step: str = "tx") -> None:
+        self.step = step
+        """The named ledger step this batch is (`take_call`, …): sent beside the batch, so
+        MONITOR and SLOWLOG show which step ran and `callgate bench` counts each step's cost."""
         self.keys: list[str] = []
         self._key_index: dict[str, int] = {}
         self._slot: int | None = None

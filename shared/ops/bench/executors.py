@@ -50,7 +50,7 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
                         model="bench", input="bench", turn=1, identity={"user": "bench"},
                         allowed_tools=[tool])
         # Seeded straight into the ledger: this scenario measures executors alone.
-        tx = Tx().hset(ledger.keys.run(run_id), run.to_hash())
+        tx = Tx("bench_seed").hset(ledger.keys.run(run_id), run.to_hash())
         for index in range(min(CALLS_PER_RUN, count - start)):
             call = CallRecord(run_id=run_id, call_id=f"t1.{index}", turn=1, index=index,
                               provider_call_id=f"call_{new_id()}", tool=tool, tool_version="1",

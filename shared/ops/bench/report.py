@@ -29,6 +29,8 @@ class Target:
 TARGETS: dict[str, Target] = {
     "round_trip_p50_vs_floor": Target("latency.in_process_p50_vs_floor", 2.0, True),
     "throughput_calls_per_s": Target("throughput.calls_per_s", 1500.0, False),
+    "redis_commands_per_call": Target("throughput.redis_commands_per_call", 30.0, True),
+    "redis_cpu_us_per_call": Target("throughput.redis_cpu_us_per_call", 120.0, True),
     "executor_1proc_calls_per_s": Target("executors.one_calls_per_s", 1000.0, False),
     "executor_2proc_vs_1proc": Target("executors.two_vs_one", 1.0, False),
     "recovery_p50_s": Target("recovery.p50_s", 2.0, True),
@@ -147,6 +149,8 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("throughput", "floor_calls_per_s", "batched floor (calls/s)"),
     ("throughput", "vs_floor", "  throughput / floor"),
     ("throughput", "cpu_ms_per_call", "  CPU per tool call, all processes (ms)"),
+    ("throughput", "redis_cpu_us_per_call", "  Redis CPU per tool call (µs)"),
+    ("throughput", "redis_commands_per_call", "  Redis commands per tool call"),
     ("throughput-redis-py", "calls_per_s", "throughput, plain redis-py transport"),
     ("throughput-aof", "calls_per_s", "throughput, Redis appendfsync always"),
     ("executors", "one_calls_per_s", "1 executor, 50 ms tools (calls/s)"),
@@ -202,4 +206,18 @@ def breakdowns(summary: dict[str, dict[str, Any]]) -> str:
         rows = summary.get(scenario, {}).get(figure) or {}
         if rows:
             parts.append("\n".join([title, *(f"  {k:<58} {v:>7.3f}" for k, v in rows.items())]))
+    steps = summary.get("throughput", {}).get("redis_by_step", {}).get("steps") or {}
+    if steps:
+        parts.append(step_table(steps))
     return "\n\n".join(parts)
+
+
+def step_table(steps: dict[str, dict[str, Any]]) -> str:
+    """Redis commands by ledger step: how often it runs per tool call, what one run costs."""
+    head = f"  {'step':<22} {'runs/call':>10} {'cmds/run':>9} {'cmds/call':>10}"
+    rows = [
+        f"  {name:<22} {row['runs_per_call']:>10.2f} {row['commands_per_run']:>9.1f} "
+        f"{row['commands_per_call']:>10.2f}"
+        for name, row in steps.items()
+    ]
+    return "\n".join(["Redis commands by ledger step (a MONITOR-watched batch)", head, *rows])

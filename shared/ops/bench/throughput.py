@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from callgate.ops.bench import cost
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, cpu_seconds, run_spec
 from callgate.ops.stack import Progress
@@ -21,21 +22,34 @@ WARM_UP = "bench-three-turns"
 TURNS, CALLS_PER_TURN = 5, 2
 """bench-parallel.json: five tool turns of two parallel reads each, then the answer."""
 TIMEOUT_S = 600.0
+WATCHED_RUNS = 10
+"""Runs of the batch watched with MONITOR for the table by step (`cost.step_costs`)."""
 
 
-async def pipeline(
-    deployment: Deployment, api: str, runs: int
-) -> tuple[int, float, dict[str, float]]:
-    """(tool calls, seconds, CPU ms per call by process) for ``runs`` concurrent runs, after
-    one warm-up run."""
+async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any]:
+    """Tool calls, seconds, CPU ms and Redis commands per call for ``runs`` concurrent runs,
+    after one warm-up run."""
+    assert deployment.redis is not None
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
-    before = await cpu_seconds(deployment)
+    before, commands_before = await cpu_seconds(deployment), await cost.commands_so_far(
+        deployment.redis)
     records, started = await deployment.run_batch(run_spec(api, SCENARIO), runs, TIMEOUT_S)
-    after = await cpu_seconds(deployment)
+    after, commands_after = await cpu_seconds(deployment), await cost.commands_so_far(
+        deployment.redis)
     finished = max(r.updated_ms for r in records) / 1000
     calls = runs * TURNS * CALLS_PER_TURN
     cpu = {name: (after[name] - before[name]) * 1000 / calls for name in before if name in after}
-    return calls, finished - started, cpu
+    commands = cost.per_call(commands_before, commands_after, calls)
+    return {
+        "calls": calls,
+        "seconds": finished - started,
+        "calls_per_s": _rate(calls, finished - started),
+        "cpu_ms_per_call": sum(cpu.values()),
+        "cpu_ms_per_call_by_process": cpu,
+        "redis_cpu_us_per_call": cpu.get("redis", 0.0) * 1000,
+        "redis_commands_per_call": sum(commands.values()),
+        "redis_commands_per_call_by_command": commands,
+    }
 
 
 async def measure(
@@ -44,16 +58,12 @@ async def measure(
     """Floor, pipeline, floor: the best floor rate counts (the floor is a bound)."""
     floor_rates = [_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN))]
     progress(f"throughput: {runs} runs x {TURNS} turns x {CALLS_PER_TURN} calls")
-    calls, seconds, cpu = await pipeline(deployment, api, runs)
+    measured = await pipeline(deployment, api, runs)
     floor_rates.append(_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN)))
-    return {
-        "calls": calls,
-        "seconds": seconds,
-        "calls_per_s": _rate(calls, seconds),
-        "floor_calls_per_s": max(floor_rates),
-        "cpu_ms_per_call": sum(cpu.values()),
-        "cpu_ms_per_call_by_process": cpu,
-    }
+    watched = min(WATCHED_RUNS, runs)
+    progress(f"throughput: Redis commands by step ({watched} runs under MONITOR)")
+    by_step = await cost.step_costs(deployment, api, SCENARIO, watched, TURNS * CALLS_PER_TURN)
+    return {**measured, "floor_calls_per_s": max(floor_rates), "redis_by_step": by_step}
 
 
 def _rate(calls: int, seconds: float) -> float:

@@ -1,0 +1,143 @@
+"""What a tool call costs Redis: commands (those run inside the ledger's Lua steps included),
+in all and by ledger step.
+
+The totals come from Redis's own ``INFO commandstats`` around the measured window, so they
+count every command the system sent (arq, upkeep, the stream reads), not only the steps.
+The table by step comes from a separate, smaller batch watched with ``MONITOR``: each
+``EVALSHA`` names its step (`Tx.step`, the script's last argument) and the commands a script
+runs are printed right after it, since a script runs alone.  ``MONITOR`` slows Redis down, so
+that batch is never the timed one.  The counts of a step are deterministic: the same step on
+the same path runs the same commands, which is what lets a test hold them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from callgate.ops.bench.harness import Deployment, run_spec
+
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_STEP_NAME = re.compile(r"[a-z][a-z_]*")
+OTHER_SCRIPT = "(other scripts)"
+"""Scripts that are not ledger steps (arq's, the stream loop's reclaim)."""
+SCRIPT_CLIENT = "[0 lua]"
+"""How MONITOR marks a command a script ran (database 0, which the bench uses)."""
+
+
+async def commands_so_far(redis: aioredis.Redis) -> Counter[str]:
+    """Calls of every command since Redis started (or ``CONFIG RESETSTAT``), by name."""
+    stats = await redis.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(row["calls"])
+                    for name, row in stats.items()})
+
+
+def per_call(before: Counter[str], after: Counter[str], calls: int) -> dict[str, float]:
+    """Commands per tool call between two `commands_so_far` readings, largest first."""
+    spent = after - before
+    spent.pop("info", None)  # the readings themselves
+    return {name: count / calls for name, count in spent.most_common()}
+
+
+@dataclass
+class StepCost:
+    """What one named step cost over the watched batch."""
+
+    runs: int = 0
+    """How many times the step ran."""
+    commands: int = 0
+    """Its EVALSHAs and the commands its script ran inside them."""
+    by_command: Counter[str] = field(default_factory=Counter)
+
+
+class Watch:
+    """Reads MONITOR's lines and charges each to a step, or to the command outside any step."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, StepCost] = {}
+        self.outside: Counter[str] = Counter()
+        self._current: StepCost | None = None
+
+    def line(self, text: str) -> None:
+        if text == "OK":
+            return
+        args = _QUOTED.findall(text)
+        if not args:
+            return
+        command = args[0].upper()
+        if SCRIPT_CLIENT in text:
+            if self._current is not None:
+                self._current.commands += 1
+                self._current.by_command[command] += 1
+            return
+        self._current = None
+        if command == "EVALSHA" and len(args) > 3:
+            name = args[-1] if _STEP_NAME.fullmatch(args[-1]) else OTHER_SCRIPT
+            cost = self.steps.setdefault(name, StepCost())
+            cost.runs += 1
+            cost.commands += 1
+            cost.by_command[command] += 1
+            self._current = cost
+        elif command not in ("MONITOR", "INFO"):
+            self.outside[command] += 1
+
+    def table(self, calls: int) -> dict[str, dict[str, Any]]:
+        """Per step: runs per tool call, commands per run and per tool call."""
+        return {
+            name: {
+                "runs_per_call": cost.runs / calls,
+                "commands_per_run": cost.commands / cost.runs,
+                "commands_per_call": cost.commands / calls,
+                "by_command_per_run": {c: n / cost.runs for c, n in cost.by_command.items()},
+            }
+            for name, cost in sorted(self.steps.items(), key=lambda kv: -kv[1].commands)
+        }
+
+
+async def watched(redis: aioredis.Redis, work: Callable[[], Awaitable[Any]]) -> Watch:
+    """Run ``work`` while MONITOR feeds a `Watch`; the watch once every line is read."""
+    watch = Watch()
+    connection = redis.connection_pool.make_connection()
+    await connection.connect()
+    try:
+        await connection.send_command("MONITOR")
+        watch.line(_text(await connection.read_response()))
+        await work()
+        marker = f"callgate-bench-end-{id(watch)}"
+        await redis.echo(marker)
+        while True:
+            text = _text(await connection.read_response())
+            if marker in text:
+                return watch
+            watch.line(text)
+    finally:
+        await connection.disconnect()
+
+
+async def step_costs(
+    deployment: Deployment, api: str, scenario: str, runs: int, calls_per_run: int
+) -> dict[str, Any]:
+    """Watch ``runs`` runs of ``scenario``: the cost table by step and what ran outside."""
+    assert deployment.redis is not None
+    spec = run_spec(api, scenario)
+
+    async def batch() -> None:
+        await deployment.run_batch(spec, runs, timeout_s=120.0)
+
+    watch = await watched(deployment.redis, batch)
+    calls = runs * calls_per_run
+    return {
+        "runs": runs,
+        "steps": watch.table(calls),
+        "step_commands_per_call": sum(c.commands for c in watch.steps.values()) / calls,
+        "outside_per_call": {n: c / calls for n, c in watch.outside.most_common()},
+    }
+
+
+def _text(reply: Any) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
