@@ -2,10 +2,11 @@
 --
 -- Encoding (built by shared/tx.py): KEYS holds every key once; ARGV[1] is one JSON array of
 -- strings: the number of guards G, then entries `code, key_index, n, arg_1 .. arg_n`; the
--- first G entries are guards.
+-- first G entries are guards.  ARGV[2] names the step (for MONITOR and SLOWLOG); unused here.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
--- its key (as the earlier ops of this batch will have left it) and its arguments, so that no
+-- its key (as the earlier ops of this batch will have left it, or as a guard's read proved
+-- it: HMGET, EXISTS and LLEN each tell what the key may be) and its arguments, so that no
 -- write of phase 2 can fail.  Redis never rolls a script back, so this is what makes the batch
 -- atomic: the only errors left in phase 2 are impossible ones (an XADD '*' on a stream whose
 -- last id is the maximum id) and OOM, which Redis checks before a script's *first* write only.
@@ -25,17 +26,45 @@ while pos <= #argv do
   pos = pos + 3 + n
 end
 
-local function hget(key, field)
-  local v = redis.pcall('HGET', key, field)
-  if type(v) == 'table' and v.err then return 'WRONGTYPE' end
-  return v
+-- Phase 1a: guards.  The fields guarded on one key are read with one HMGET, before any
+-- guard is judged (nothing is written in this phase, so reading early changes nothing).
+local wanted = {}    -- key index -> {fields = {...}, at = {field -> position}}
+for i = 1, nguards do
+  local code, ki, s = entries[i][1], entries[i][2], entries[i][3]
+  if code == 'in' or code == 'fnx' then
+    local w = wanted[ki]
+    if not w then w = {fields = {}, at = {}} wanted[ki] = w end
+    if not w.at[argv[s]] then
+      w.fields[#w.fields + 1] = argv[s]
+      w.at[argv[s]] = #w.fields
+    end
+  end
+end
+local seen = {}      -- key index -> {field -> value or false}, or 'WRONGTYPE'
+local proved = {}    -- key index -> the type a guard's read proved the key to have
+for ki, w in pairs(wanted) do
+  local reply = redis.pcall('HMGET', KEYS[ki], unpack(w.fields))
+  if type(reply) == 'table' and reply.err then
+    seen[ki] = 'WRONGTYPE'
+  else
+    local values = {}
+    for f, at in pairs(w.at) do values[f] = reply[at] end
+    seen[ki] = values
+    proved[ki] = 'hash'  -- or absent: either takes a hash's ops
+  end
 end
 
--- Phase 1a: guards.
+local function guarded(ki, field)
+  local values = seen[ki]
+  if values == 'WRONGTYPE' then return 'WRONGTYPE' end
+  return values[field]
+end
+
 for i = 1, nguards do
-  local code, key, s, n = entries[i][1], KEYS[entries[i][2]], entries[i][3], entries[i][4]
+  local code, ki, s, n = entries[i][1], entries[i][2], entries[i][3], entries[i][4]
+  local key = KEYS[ki]
   if code == 'in' then
-    local v = hget(key, argv[s])
+    local v = guarded(ki, argv[s])
     local hit = false
     if v then
       for j = s + 1, s + n - 1 do
@@ -47,14 +76,15 @@ for i = 1, nguards do
     if redis.call('EXISTS', key) == 1 then
       return {0, i, redis.call('TYPE', key)['ok']}
     end
+    proved[ki] = 'none'
   elseif code == 'fnx' then
-    local v = hget(key, argv[s])
+    local v = guarded(ki, argv[s])
     if v then return {0, i, v} end
   elseif code == 'len' then
-    local t = redis.call('TYPE', key)['ok']
-    local n = 0
-    if t == 'list' then n = redis.call('LLEN', key) elseif t ~= 'none' then return {0, i, t} end
+    local n = redis.pcall('LLEN', key)
+    if type(n) == 'table' and n.err then return {0, i, redis.call('TYPE', key)['ok']} end
     if tostring(n) ~= argv[s] then return {0, i, tostring(n)} end
+    if n > 0 then proved[ki] = 'list' else proved[ki] = 'none' end
   else
     return redis.error_reply('CGTX guard ' .. i .. ' ' .. tostring(code) .. ': unknown guard')
   end
@@ -65,6 +95,7 @@ local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', x
                xaddcap = 'stream', xack = 'stream', persist = false,
                zadd = 'zset', zrem = 'zset', expire = false}
 local planned = {}   -- key index -> type the key has once the earlier ops ran
+for ki, t in pairs(proved) do planned[ki] = t end
 local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)}
 local MAX_INT = 9.2e18
 
@@ -75,6 +106,8 @@ end
 local function field_value(ki, key, field)
   local overlay = fields[ki]
   if overlay and overlay[field] ~= nil then return overlay[field] end
+  local w = wanted[ki]
+  if w and w.at[field] and seen[ki] ~= 'WRONGTYPE' then return seen[ki][field] end
   return redis.call('HGET', key, field)
 end
 
