@@ -8,8 +8,11 @@ Redis Cluster slot, which the key builder guarantees for one run (`callgate.keys
 raises at once, here, rather than as CROSSSLOT on a cluster in production.
 
 Encoding: KEYS = every key once; ARGV[1] = one JSON array of strings
-``[G, code, key_index, n, arg_1..arg_n, code, …]`` where the first G entries are guards;
-ARGV[2] = the step's name (`Tx.step`), which the script ignores.  One
+``[R, G, code, key_index, arg_1..arg_n, null, code, …]``: R reads (``rd``: the fields of one key
+that guards look at, fetched with one HMGET), G guards (a field's guard names its read slot
+instead of the field), then the ops; ARGV[2] = the step's name (`Tx.step`), which the script
+ignores.  Grouping the reads here, not in the script, keeps the script's own work small: a
+command a script runs costs Redis more than the Lua around it.  One
 JSON argument rather than dozens of ARGV items because redis-py packs each argument in pure
 Python (about 7 µs each) while ``orjson.dumps`` and Redis's cjson handle the list in one call.
 The price is that values must be text: bytes are accepted only if they are UTF-8, which every
@@ -34,6 +37,8 @@ Value = str | bytes | int | float
 
 _MAX_ARGS_PER_OP = 1000
 """Lua's `unpack` has a small stack; larger writes are split into several ops of one kind."""
+_FIELD_GUARDS = frozenset({"in", "fnx"})
+"""Guards on one field of a hash: their fields are read in one HMGET per key."""
 _MAX_INCREMENT = 2**53
 """Bounded so the script can prove, with doubles, that HINCRBY cannot overflow."""
 
@@ -108,8 +113,7 @@ class Tx:
         self._key_index: dict[str, int] = {}
         self._slot: int | None = None
         self.guards: list[Guard] = []
-        self._guard_args: list[str] = []
-        self._op_args: list[str] = []
+        self._op_args: list[str | None] = []
         self.ops = 0
         self.xadds = 0
         self.applied: bool | None = None
@@ -132,24 +136,48 @@ class Tx:
         """The one cluster slot every key of this Tx hashes to (None while empty)."""
         return self._slot
 
-    def _guard(self, guard: Guard, args: list[str]) -> Tx:
-        index = self._key(guard.key)
+    def _guard(self, guard: Guard) -> Tx:
+        self._key(guard.key)
         self.guards.append(guard)
-        self._guard_args += [guard.kind, str(index), str(len(args)), *args]
         return self
+
+    def _guard_entries(self) -> list[str | None]:
+        """``[R, G, reads…, guards…]``, each entry ending in None (JSON null, which no value
+        is): one read per key whose fields are guarded (first use
+        first), then each guard in order, a field's guard pointing at its 1-based slot among
+        the fields read."""
+        fields_of: dict[str, list[str]] = {}
+        for guard in self.guards:
+            if guard.kind in _FIELD_GUARDS:
+                names = fields_of.setdefault(guard.key, [])
+                if (guard.field or "") not in names:
+                    names.append(guard.field or "")
+        reads: list[str | None] = []
+        slot_of_field: dict[tuple[str, str], str] = {}
+        for key, names in fields_of.items():
+            for name in names:
+                slot_of_field[(key, name)] = str(len(slot_of_field) + 1)
+            reads += ["rd", str(self._key_index[key]), *names, None]
+        guards: list[str | None] = []
+        for guard in self.guards:
+            args = list(guard.values)
+            if guard.kind in _FIELD_GUARDS:
+                args.insert(0, slot_of_field[(guard.key, guard.field or "")])
+            guards += [guard.kind, str(self._key_index[guard.key]), *args, None]
+        return [str(len(fields_of)), str(len(self.guards)), *reads, *guards]
 
     def _op(self, code: str, key: str, args: list[str], step: int = 1) -> Tx:
         if not args:
             raise ValueError(f"{code} on {key!r} with nothing to write")
         index = str(self._key(key))
         if len(args) <= _MAX_ARGS_PER_OP:
-            self._op_args += [code, index, str(len(args)), *args]
+            self._op_args += [code, index, *args, None]
             self.ops += 1
             return self
         chunk = _MAX_ARGS_PER_OP - _MAX_ARGS_PER_OP % step
         for start in range(0, len(args), chunk):
             part = args[start : start + chunk]
-            self._op_args += [code, index, str(len(part)), *part]
+            self._op_args += [code, index, *part, None]
             self.ops += 1
         return self
 
@@ -158,19 +186,19 @@ class Tx:
         """``HGET key field`` must be one of ``allowed`` (a missing field never matches)."""
         if not allowed:
             raise ValueError("expect() needs at least one allowed value")
-        return self._guard(Guard("in", key, field, tuple(allowed)), [field, *allowed])
+        return self._guard(Guard("in", key, field, tuple(allowed)))
 
     def expect_missing(self, key: str) -> Tx:
         """``key`` must not exist (create-once); on failure ``actual`` is its type."""
-        return self._guard(Guard("nx", key), [])
+        return self._guard(Guard("nx", key))
 
     def expect_field_missing(self, key: str, field: str) -> Tx:
         """``field`` must not be set in hash ``key``; on failure ``actual`` is its value."""
-        return self._guard(Guard("fnx", key, field), [field])
+        return self._guard(Guard("fnx", key, field))
 
     def expect_length(self, key: str, length: int) -> Tx:
         """List ``key`` must hold exactly ``length`` items; on failure ``actual`` is its length."""
-        return self._guard(Guard("len", key, "", (str(length),)), [str(length)])
+        return self._guard(Guard("len", key, "", (str(length),)))
 
     # Ops, applied in order once every guard holds.
     def hset(self, key: str, mapping: Mapping[str, Value]) -> Tx:
@@ -215,7 +243,7 @@ class Tx:
 
     def persist(self, key: str) -> Tx:
         """Remove ``key``'s expiry: a finished run that a person resumes lives on."""
-        self._op_args += ["persist", str(self._key(key)), "0"]
+        self._op_args += ["persist", str(self._key(key)), None]
         self.ops += 1
         return self
 
@@ -228,13 +256,13 @@ class Tx:
     def zrem(self, key: str, *members: Value) -> Tx:
         return self._op("zrem", key, [_arg(m) for m in members])
 
-    def encode(self) -> tuple[list[str], list[str]]:
+    def encode(self) -> tuple[list[str], list[str | None]]:
         """KEYS and the flat entry list (what `payload` sends as JSON), for inspection."""
-        return self.keys, [str(len(self.guards)), *self._guard_args, *self._op_args]
+        return self.keys, [*self._guard_entries(), *self._op_args]
 
     def payload(self) -> bytes:
         """ARGV[1] for `apply.lua`."""
-        return orjson.dumps([str(len(self.guards)), *self._guard_args, *self._op_args])
+        return orjson.dumps([*self._guard_entries(), *self._op_args])
 
     def result(self, reply: Any) -> TxResult:
         """Read the script's reply for this Tx."""

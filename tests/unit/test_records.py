@@ -286,26 +286,20 @@ def test_tx_refuses_keys_of_two_slots() -> None:
     assert tx.slot == key_slot(b"cg:{p0}:run:a")
 
 
-def test_tx_encoding_is_flat_and_counts_guards() -> None:
-    tx = Tx().expect("{a}k", "state", "x", "y").expect_missing("{a}n").hset("{a}k", {"f": 1})
+def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
+    tx = (Tx().expect("{a}k", "state", "x", "y").expect_missing("{a}n")
+          .expect_field_missing("{a}k", "lock").expect("{a}k", "state", "x")
+          .hset("{a}k", {"f": 1}))
     keys, argv = tx.encode()
     assert keys == ["{a}k", "{a}n"]
     assert argv == [
-        "2",
-        "in",
-        "1",
-        "3",
-        "state",
-        "x",
-        "y",
-        "nx",
-        "2",
-        "0",
-        "hset",
-        "1",
-        "2",
-        "f",
-        "1",
+        "1", "4",                                 # one read, four guards
+        "rd", "1", "state", "lock", None,         # {a}k's guarded fields, slots 1 and 2
+        "in", "1", "1", "x", "y", None,           # slot 1 is x or y
+        "nx", "2", None,
+        "fnx", "1", "2", None,                    # slot 2 is missing
+        "in", "1", "1", "x", None,
+        "hset", "1", "f", "1", None,
     ]
 
 

@@ -1,8 +1,11 @@
 -- apply.lua: one guarded batch, all or nothing (Redis >= 6.2, plain EVAL/EVALSHA).
 --
 -- Encoding (built by shared/tx.py): KEYS holds every key once; ARGV[1] is one JSON array of
--- strings: the number of guards G, then entries `code, key_index, n, arg_1 .. arg_n`; the
--- first G entries are guards.  ARGV[2] names the step (for MONITOR and SLOWLOG); unused here.
+-- strings: the number of reads R and of guards G, then entries `code, key_index, arg_1 .. arg_n,
+-- null`: R reads (`rd`: the fields to HMGET), G guards (a field's guard names its read slot),
+-- then the ops.  No number but those is parsed: a null ends an entry, and a key index is
+-- looked up as the string it is (tonumber costs more than the rest of reading an entry).
+-- ARGV[2] names the step (for MONITOR and SLOWLOG); unused here.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
 -- its key (as the earlier ops of this batch will have left it, or as a guard's read proved
@@ -17,86 +20,75 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local argv = cjson.decode(ARGV[1])
-local nguards = tonumber(argv[1])
-local entries = {}
-local pos = 2
-while pos <= #argv do
-  local n = tonumber(argv[pos + 2])
-  entries[#entries + 1] = {argv[pos], tonumber(argv[pos + 1]), pos + 3, n}
-  pos = pos + 3 + n
+local nreads, nguards = tonumber(argv[1]), tonumber(argv[2])
+local KEY = {}       -- key index as written in ARGV[1] -> the key
+for i = 1, #KEYS do KEY[tostring(i)] = KEYS[i] end
+local entries = {}   -- {code, key index, first arg's position, number of args}
+local null, pos, size = cjson.null, 3, #argv
+while pos <= size do
+  local s = pos + 2
+  local e = s
+  while argv[e] ~= null do e = e + 1 end
+  entries[#entries + 1] = {argv[pos], argv[pos + 1], s, e - s}
+  pos = e + 1
 end
+local first_op = nreads + nguards + 1
 
--- Phase 1a: guards.  The fields guarded on one key are read with one HMGET, before any
--- guard is judged (nothing is written in this phase, so reading early changes nothing).
-local wanted = {}    -- key index -> {fields = {...}, at = {field -> position}}
-for i = 1, nguards do
-  local code, ki, s = entries[i][1], entries[i][2], entries[i][3]
-  if code == 'in' or code == 'fnx' then
-    local w = wanted[ki]
-    if not w then w = {fields = {}, at = {}} wanted[ki] = w end
-    if not w.at[argv[s]] then
-      w.fields[#w.fields + 1] = argv[s]
-      w.at[argv[s]] = #w.fields
-    end
-  end
-end
-local seen = {}      -- key index -> {field -> value or false}, or 'WRONGTYPE'
-local proved = {}    -- key index -> the type a guard's read proved the key to have
-for ki, w in pairs(wanted) do
-  local reply = redis.pcall('HMGET', KEYS[ki], unpack(w.fields))
+-- Phase 1a: reads.  Each key's guarded fields come in one HMGET (grouped by tx.py), into
+-- `got` by slot; a key that is not a hash makes its fields read 'WRONGTYPE'.
+local got = {}
+local planned = {}   -- key index -> the type the key has (as read, or once earlier ops ran)
+for i = 1, nreads do
+  local ki, s, n = entries[i][2], entries[i][3], entries[i][4]
+  local reply = redis.pcall('HMGET', KEY[ki], unpack(argv, s, s + n - 1))
   if type(reply) == 'table' and reply.err then
-    seen[ki] = 'WRONGTYPE'
+    for _ = 1, n do got[#got + 1] = 'WRONGTYPE' end
   else
-    local values = {}
-    for f, at in pairs(w.at) do values[f] = reply[at] end
-    seen[ki] = values
-    proved[ki] = 'hash'  -- or absent: either takes a hash's ops
+    for j = 1, n do got[#got + 1] = reply[j] end
+    planned[ki] = 'hash'  -- or absent: either takes a hash's ops
   end
 end
 
-local function guarded(ki, field)
-  local values = seen[ki]
-  if values == 'WRONGTYPE' then return 'WRONGTYPE' end
-  return values[field]
-end
-
-for i = 1, nguards do
+-- Phase 1b: guards, judged on what was read.
+for i = nreads + 1, nreads + nguards do
   local code, ki, s, n = entries[i][1], entries[i][2], entries[i][3], entries[i][4]
-  local key = KEYS[ki]
+  local key = KEY[ki]
   if code == 'in' then
-    local v = guarded(ki, argv[s])
+    local v = got[tonumber(argv[s])]
     local hit = false
     if v then
       for j = s + 1, s + n - 1 do
         if argv[j] == v then hit = true break end
       end
     end
-    if not hit then return {0, i, v} end
+    if not hit then return {0, i - nreads, v} end
   elseif code == 'nx' then
     if redis.call('EXISTS', key) == 1 then
-      return {0, i, redis.call('TYPE', key)['ok']}
+      return {0, i - nreads, redis.call('TYPE', key)['ok']}
     end
-    proved[ki] = 'none'
+    planned[ki] = 'none'
   elseif code == 'fnx' then
-    local v = guarded(ki, argv[s])
-    if v then return {0, i, v} end
+    local v = got[tonumber(argv[s])]
+    if v then return {0, i - nreads, v} end
   elseif code == 'len' then
-    local n = redis.pcall('LLEN', key)
-    if type(n) == 'table' and n.err then return {0, i, redis.call('TYPE', key)['ok']} end
-    if tostring(n) ~= argv[s] then return {0, i, tostring(n)} end
-    if n > 0 then proved[ki] = 'list' else proved[ki] = 'none' end
+    local len = redis.pcall('LLEN', key)
+    if type(len) == 'table' and len.err then
+      return {0, i - nreads, redis.call('TYPE', key)['ok']}
+    end
+    if tostring(len) ~= argv[s] then return {0, i - nreads, tostring(len)} end
+    if len > 0 then planned[ki] = 'list' else planned[ki] = 'none' end
   else
-    return redis.error_reply('CGTX guard ' .. i .. ' ' .. tostring(code) .. ': unknown guard')
+    return redis.error_reply('CGTX guard ' .. (i - nreads) .. ' ' .. tostring(code)
+                             .. ': unknown guard')
   end
 end
 
--- Phase 1b: op targets and arguments.
+-- Phase 1c: op targets and arguments.
 local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
                xaddcap = 'stream', xack = 'stream', persist = false,
                zadd = 'zset', zrem = 'zset', expire = false}
-local planned = {}   -- key index -> type the key has once the earlier ops ran
-for ki, t in pairs(proved) do planned[ki] = t end
-local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)}
+local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)},
+                     -- for the keys an HINCRBY checks
 local MAX_INT = 9.2e18
 
 local function is_int(v)
@@ -106,9 +98,13 @@ end
 local function field_value(ki, key, field)
   local overlay = fields[ki]
   if overlay and overlay[field] ~= nil then return overlay[field] end
-  local w = wanted[ki]
-  if w and w.at[field] and seen[ki] ~= 'WRONGTYPE' then return seen[ki][field] end
   return redis.call('HGET', key, field)
+end
+
+-- Only a key that an HINCRBY of this batch adds to needs its earlier writes followed.
+local counted = {}
+for i = first_op, #entries do
+  if entries[i][1] == 'hincrby' then counted[entries[i][2]] = true end
 end
 
 local function check_op(ki, key, code, s, n)
@@ -119,10 +115,10 @@ local function check_op(ki, key, code, s, n)
   if have == nil then have = redis.call('TYPE', key)['ok'] end
   if have ~= 'none' and have ~= need then return 'key holds a ' .. have end
   planned[ki] = need
-  if code == 'hset' then
+  if code == 'hset' and counted[ki] then
     fields[ki] = fields[ki] or {}
     for j = s, s + n - 1, 2 do fields[ki][argv[j]] = argv[j + 1] end
-  elseif code == 'hdel' then
+  elseif code == 'hdel' and counted[ki] then
     fields[ki] = fields[ki] or {}
     for j = s, s + n - 1 do fields[ki][argv[j]] = false end
   elseif code == 'hincrby' then
@@ -143,18 +139,19 @@ local function check_op(ki, key, code, s, n)
   return nil
 end
 
-for i = nguards + 1, #entries do
+for i = first_op, #entries do
   local e = entries[i]
-  local why = check_op(e[2], KEYS[e[2]], e[1], e[3], e[4])
+  local why = check_op(e[2], KEY[e[2]], e[1], e[3], e[4])
   if why then
-    return redis.error_reply('CGTX op ' .. (i - nguards) .. ' ' .. tostring(e[1]) .. ': ' .. why)
+    local at = i - first_op + 1
+    return redis.error_reply('CGTX op ' .. at .. ' ' .. tostring(e[1]) .. ': ' .. why)
   end
 end
 
 -- Phase 2: writes; nothing below can fail after the checks above.
 local ids = {}
-for i = nguards + 1, #entries do
-  local code, key, s, n = entries[i][1], KEYS[entries[i][2]], entries[i][3], entries[i][4]
+for i = first_op, #entries do
+  local code, key, s, n = entries[i][1], KEY[entries[i][2]], entries[i][3], entries[i][4]
   if code == 'xadd' then
     ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
   elseif code == 'xaddcap' then
