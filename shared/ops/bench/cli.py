@@ -1,7 +1,7 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|executors|
-                               recovery|memory|mcp …] [--runs N]
+                               scale-out|recovery|memory|mcp …] [--runs N]
                    [--json] [--smoke]
 
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
@@ -23,7 +23,16 @@ import redis.asyncio as aioredis
 
 from callgate.envelopes import new_id
 from callgate.keys import Keys
-from callgate.ops.bench import executors, latency, mcp_read, memory, report, throughput, variants
+from callgate.ops.bench import (
+    executors,
+    latency,
+    mcp_read,
+    memory,
+    report,
+    scaleout,
+    throughput,
+    variants,
+)
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
 from callgate.ops.bench.variants import VARIANTS
@@ -31,7 +40,8 @@ from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory", "mcp")
+SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "scale-out", "recovery", "memory",
+             "mcp")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -106,6 +116,8 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
                 summary["executors"] = report.executors_summary(raw["one"], raw["two"])
             if "recovery" in chosen:
                 summary["recovery"] = report.recovery_summary(raw["recovery_s"])
+        if "scale-out" in chosen:
+            summary["scale-out"] = await scaleout.measure(redis_url, opts.exec_calls, progress)
         if "mcp" in chosen:
             summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
     finally:

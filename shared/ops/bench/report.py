@@ -33,6 +33,7 @@ TARGETS: dict[str, Target] = {
     "redis_cpu_us_per_call": Target("throughput.redis_cpu_us_per_call", 120.0, True),
     "executor_1proc_calls_per_s": Target("executors.one_calls_per_s", 1000.0, False),
     "executor_2proc_vs_1proc": Target("executors.two_vs_one", 1.0, False),
+    "executor_8proc_vs_4proc": Target("scale-out.8_vs_4", 1.5, False),
     "recovery_p50_s": Target("recovery.p50_s", 2.0, True),
     "recovery_max_s": Target("recovery.max_s", 5.0, True),
     "redis_bytes_per_run": Target("memory.bytes_per_run", 20_480.0, True),
@@ -158,6 +159,9 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("executors", "two_calls_per_s", "2 executors, 50 ms tools (calls/s)"),
     ("executors", "two_in_flight_mean", "  calls in flight (mean)"),
     ("executors", "two_vs_one", "  2 / 1"),
+    ("scale-out", "eight_calls_per_s", "8 executors, 50 ms tools (calls/s)"),
+    ("scale-out", "4_vs_2", "  4 / 2"),
+    ("scale-out", "8_vs_4", "  8 / 4"),
     ("recovery", "p50_s", "recovery after SIGKILL p50 (s)"),
     ("recovery", "max_s", "recovery after SIGKILL max (s)"),
     ("memory", "bytes_per_run", "Redis bytes per finished 3-turn run"),
@@ -209,7 +213,21 @@ def breakdowns(summary: dict[str, dict[str, Any]]) -> str:
     steps = summary.get("throughput", {}).get("redis_by_step", {}).get("steps") or {}
     if steps:
         parts.append(step_table(steps))
+    curve = summary.get("scale-out", {}).get("curve") or {}
+    if curve:
+        parts.append(scale_out_table(curve))
     return "\n\n".join(parts)
+
+
+def scale_out_table(curve: dict[str, dict[str, float]]) -> str:
+    """Each executor count's rate beside Redis's share of a core and the executors' CPU."""
+    head = f"  {'executors':>9} {'calls/s':>9} {'Redis core share':>17} {'executor ms/call':>17}"
+    rows = [
+        f"  {count:>9} {p['calls_per_s']:>9,.0f} {p['redis_cpu_share']:>17.2f} "
+        f"{p['executor_cpu_ms_per_call']:>17.3f}"
+        for count, p in curve.items()
+    ]
+    return "\n".join(["scale-out: executors on 50 ms tools", head, *rows])
 
 
 def step_table(steps: dict[str, dict[str, Any]]) -> str:
