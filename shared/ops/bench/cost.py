@@ -22,12 +22,9 @@ import redis.asyncio as aioredis
 
 from callgate.ops.bench.harness import Deployment, run_spec
 
-_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _STEP_NAME = re.compile(r"[a-z][a-z_]*")
 OTHER_SCRIPT = "(other scripts)"
 """Scripts that are not ledger steps (arq's, the stream loop's reclaim)."""
-SCRIPT_CLIENT = "[0 lua]"
-"""How MONITOR marks a command a script ran (database 0, which the bench uses)."""
 
 
 async def commands_so_far(redis: aioredis.Redis) -> Counter[str]:
@@ -63,14 +60,12 @@ class Watch:
         self.outside: Counter[str] = Counter()
         self._current: StepCost | None = None
 
-    def line(self, text: str) -> None:
-        if text == "OK":
-            return
-        args = _QUOTED.findall(text)
-        if not args:
-            return
+    def line(self, client_type: str, command_line: str) -> None:
+        """One MONITOR line as redis-py's `Monitor` gives it: the arguments joined by spaces
+        (a step's name, the last, has none)."""
+        args = command_line.split(" ")
         command = args[0].upper()
-        if SCRIPT_CLIENT in text:
+        if client_type == "lua":
             if self._current is not None:
                 self._current.commands += 1
                 self._current.by_command[command] += 1
@@ -102,21 +97,15 @@ class Watch:
 async def watched(redis: aioredis.Redis, work: Callable[[], Awaitable[Any]]) -> Watch:
     """Run ``work`` while MONITOR feeds a `Watch`; the watch once every line is read."""
     watch = Watch()
-    connection = redis.connection_pool.make_connection()
-    await connection.connect()
-    try:
-        await connection.send_command("MONITOR")
-        watch.line(_text(await connection.read_response()))
+    marker = f"callgate-bench-end-{id(watch)}"
+    async with redis.monitor() as monitor:
         await work()
-        marker = f"callgate-bench-end-{id(watch)}"
         await redis.echo(marker)
         while True:
-            text = _text(await connection.read_response())
-            if marker in text:
+            seen = await monitor.next_command()
+            if marker in seen["command"]:
                 return watch
-            watch.line(text)
-    finally:
-        await connection.disconnect()
+            watch.line(seen["client_type"], seen["command"])
 
 
 async def step_costs(
@@ -137,7 +126,3 @@ async def step_costs(
         "step_commands_per_call": sum(c.commands for c in watch.steps.values()) / calls,
         "outside_per_call": {n: c / calls for n, c in watch.outside.most_common()},
     }
-
-
-def _text(reply: Any) -> str:
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
