@@ -74,6 +74,7 @@ def start(service: str, *, enabled: bool, content: bool = False,
     the benchmark).  `TracingConfigError` for a setting callgate cannot honour."""
     if not enabled:
         return None
+    own_processor = processor is None
     if processor is None:
         exporter = _exporter()
         processor = (SimpleSpanProcessor(_Nothing()) if exporter is None
@@ -81,7 +82,8 @@ def start(service: str, *, enabled: bool, content: bool = False,
     resource = Resource.create({"service.name": f"callgate-{service}"})
     provider = TracerProvider(resource=resource, id_generator=RunIdGenerator())
     provider.add_span_processor(processor)
-    trace.set_tracer_provider(provider)
+    if own_processor:  # the MCP SDK's spans too; a test's or the benchmark's keep theirs
+        trace.set_tracer_provider(provider)
     sampler = provider.sampler
 
     def sampled(trace_id: int) -> bool:
