@@ -38,7 +38,7 @@ from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.upkeep import announce
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
-from callgate.telemetry import start_tracing, stop_tracing
+from callgate.telemetry import spans, start_tracing, stop_tracing
 from callgate.telemetry.context import traced
 from callgate.tools.mcp_policy import HookError
 from callgate.tools.mcp_servers import parse_servers
@@ -174,7 +174,8 @@ async def fail_bound_run(
     if any(call is None or call.turn != envelope.turn for call in calls):
         return
     tx = await runtime.ledger.end_run(run, RunState.FAILED, f"dead letter: {letter.reason}")
-    await runtime.ledger.apply(tx)
+    if (await runtime.ledger.apply(tx)).ok:
+        spans.run_ended(run, RunState.FAILED)
 
 
 def on_home_stream(runtime: Runtime, letter: DeadLetter) -> bool:

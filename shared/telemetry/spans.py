@@ -28,7 +28,7 @@ from opentelemetry.trace import TraceFlags as Flags
 
 from callgate.records import CallOutcome, OkResult, result_code
 from callgate.redact import redact
-from callgate.telemetry.context import RunContext, current
+from callgate.telemetry.context import RunContext, current, of_run
 
 if TYPE_CHECKING:
     from callgate.providers.base import TurnOutcome
@@ -223,8 +223,8 @@ def run_ended(run: RunRecord, status: str) -> None:
     tracer = _on.tracer
     if tracer is None or status not in TERMINAL_RUN_STATES:
         return
-    ctx = current(run.run_id)
-    if ctx is None or not ctx.sampled:
+    ctx = current(run.run_id) or of_run(run.run_id)
+    if not ctx.sampled:
         return
     token = _force_ids((ctx.trace_id, ctx.span_id))
     try:

@@ -18,6 +18,8 @@ from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.telemetry.ids import format_traceparent, run_ids
+from tests.e2e.people import approve, status, until
+from tests.e2e.test_mcp_tools import SCENARIOS as MCP_SCENARIOS
 from tests.e2e.test_mcp_tools import McpHttpServer
 from tests.otlp_receiver import OtlpServer, ReceivedSpan, Receiver
 
@@ -46,16 +48,19 @@ def traced(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
     (scenarios / "trace-note.json").write_text(json.dumps(SCENARIO))
     shop = McpHttpServer(tmp_path_factory.mktemp("shop"))
     shop.start()
-    servers = [{"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 2}]
+    servers = [{"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
+                "tools": {"cancel_order": {"lookup": "find_cancellation"},
+                          "set_price": {"approval": "events-lead", "resource_key": "item"}}}]
     try:
         with OtlpServer() as receiver:
             env = {"CALLGATE_MCP_SERVERS": json.dumps(servers), "CALLGATE_TRACING": "1",
                    "CALLGATE_TRACE_CONTENT": "1", "OTEL_BSP_SCHEDULE_DELAY": "50",
                    "CALLGATE_STREAM_TRIM_S": "0",  # the run's messages stay to be read
+                   "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
                    "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
             spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
-                              tool_modules=(), scenarios=(Path(scenarios),), grace_s=3.0,
-                              env=env)
+                              tool_modules=(), scenarios=(Path(scenarios), MCP_SCENARIOS),
+                              grace_s=3.0, env=env)
             with LocalSystem(spec) as system:
                 yield Traced(system, receiver, shop)
     finally:
@@ -146,3 +151,52 @@ async def test_one_run_is_one_trace_across_the_workers(traced: Traced) -> None:
     assert all(SECRET not in s.raw for s in traced.receiver.spans)
     assert all(SECRET.encode() not in body for body in traced.receiver.bodies)
 
+
+
+def _trace_of(traced: Traced, run_id: str, names: set[str]) -> list[ReceivedSpan]:
+    """The run's spans, once every one of ``names`` came."""
+    trace_id = f"{run_ids(run_id)[0]:032x}"
+    traced.receiver.until(lambda spans: names <= {
+        s.name for s in spans if s.trace_id == trace_id}, 15)
+    return [s for s in traced.receiver.spans if s.trace_id == trace_id]
+
+
+async def test_approval_and_reconciliation_are_callgate_facts_in_the_trace(
+    traced: Traced,
+) -> None:
+    async with CallgateClient(traced.system.settings) as client:
+        priced = await client.submit({"api": "openai-responses", "model": "mcp-price",
+                                      "input": "Go.", "identity": {"user": "alice"},
+                                      "max_turns": 4, "allowed_tools": ["shop__set_price"]})
+        await until(client, priced, status("paused_approval"))
+        await approve(traced.system, client, priced)
+        cancelled = await client.submit({"api": "openai-responses", "model": "mcp-cancel",
+                                         "input": "Go.", "identity": {"user": "alice"},
+                                         "max_turns": 4,
+                                         "allowed_tools": ["shop__cancel_order"]})
+        for run_id in (priced, cancelled):
+            view = await until(client, run_id, status("completed", "failed", "handed_off"))
+            assert view["status"] == "completed", view
+        call = await client.ledger.get_call(priced, "t1.0")
+    assert call is not None and call.approval_id is not None
+
+    spans = _trace_of(traced, priced, {"invoke_agent callgate", "execute_tool shop__set_price"})
+    [(_, decision)] = _one(spans, "callgate.validate").events
+    assert decision["callgate.validation.decision"] == "needs_approval"
+    assert decision["callgate.approval.id"] == call.approval_id
+    tool = _one(spans, "execute_tool shop__set_price")
+    assert tool.attributes["callgate.approval.id"] == call.approval_id
+    assert tool.attributes["callgate.approval.wait_ms"] >= 0
+    assert tool.attributes["callgate.effect.source"].startswith("annotation")
+
+    spans = _trace_of(traced, cancelled, {"invoke_agent callgate",
+                                          "execute_tool shop__cancel_order",
+                                          "callgate.reconcile shop__cancel_order"})
+    root = _one(spans, "invoke_agent callgate")
+    tool = _one(spans, "execute_tool shop__cancel_order")
+    assert tool.attributes["callgate.outcome"] == "unknown"  # the answer was lost
+    check = _one(spans, "callgate.reconcile shop__cancel_order")
+    assert check.parent_id == root.span_id and check.service == "callgate-reconciler"
+    assert check.attributes["callgate.reconcile.answer"] == "applied"
+    lookup = _one(spans, "tools/call find_cancellation")
+    assert lookup.parent_id == check.span_id
