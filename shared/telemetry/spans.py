@@ -51,6 +51,8 @@ class _Tracing:
 
 
 _on = _Tracing()
+_OFF = contextlib.nullcontext()
+"""What every span helper returns while tracing is off (reusable: it holds nothing)."""
 FORCED_IDS: ContextVar[tuple[int, int] | None] = ContextVar("callgate_forced_ids", default=None)
 """The ids the next span gets (the run's own `invoke_agent` span; `setup.RunIdGenerator`)."""
 _force_ids = FORCED_IDS.set  # a context variable, not a Redis key (the architecture test looks)
@@ -79,7 +81,7 @@ def within(run: RunContext) -> Iterator[None]:
 def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Any:
     tracer = _on.tracer
     if tracer is None:
-        return contextlib.nullcontext()
+        return _OFF
     kept = {k: v for k, v in attributes.items() if v is not None}
     return tracer.start_as_current_span(name, kind=kind, attributes=kept)
 
@@ -102,6 +104,8 @@ def content(data: Any, sensitive: Collection[str] = frozenset()) -> str | None:
 # -- a model request ------------------------------------------------------------------------
 
 def chat(model: str, turn: int, max_tokens: int | None) -> Any:
+    if _on.tracer is None:
+        return _OFF
     return _span(f"chat {model}", SpanKind.CLIENT, {
         "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": max_tokens, "callgate.turn": turn})
@@ -133,6 +137,8 @@ def execute_tool(
     name: str, call_id: str, *, origin: str, effect: str, effect_source: str, attempt: int,
     arguments: Any = None, sensitive: Collection[str] = frozenset(),
 ) -> Any:
+    if _on.tracer is None:
+        return _OFF
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
         "gen_ai.tool.call.id": call_id,
@@ -169,6 +175,8 @@ def note_outcome(state: str, result: CallOutcome | None,
 
 
 def mcp_call(server: str, name: str) -> Any:
+    if _on.tracer is None:
+        return _OFF
     return _span(f"tools/call {name}", SpanKind.CLIENT, {
         "mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": name, "callgate.mcp.server": server})
@@ -208,6 +216,8 @@ def validated(turn: int, calls: list[tuple[str, str, Mapping[str, Any]]],
 
 
 def reconcile(name: str, call_id: str, attempt: int) -> Any:
+    if _on.tracer is None:
+        return _OFF
     return _span(f"callgate.reconcile {name}", SpanKind.INTERNAL, {
         "gen_ai.tool.name": name, "callgate.call.id": call_id,
         "callgate.reconcile.attempt": attempt})
