@@ -44,6 +44,7 @@ from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fail_bound_run, main
 from callgate.streams.worker import DeadLetter
+from callgate.telemetry import spans
 from callgate.tools.canonical import args_hash
 from callgate.tools.contract import Tool, ToolContext, context_of
 
@@ -90,7 +91,11 @@ class Executor:
             tx = self.ledger.orphaned_write(message, facts.attempts, message.chain)
             await self.ledger.apply(delivery.ack_with(tx))
             return None
-        return await self._take_and_run(message, facts, tool, delivery)
+        with spans.execute_tool(tool.name, message.call_id, origin=tool.origin,
+                                effect=tool.effect.value, effect_source=tool.effect_source,
+                                attempt=facts.attempts + 1, arguments=facts.call.arguments,
+                                sensitive=tool.sensitive_fields):
+            return await self._take_and_run(message, facts, tool, delivery)
 
     async def _take_and_run(
         self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], delivery: Delivery
@@ -113,6 +118,7 @@ class Executor:
         else:
             outcome = gate
         crash_point("executor.after_request")
+        spans.note_outcome(outcome.state, outcome.result, tool.sensitive_fields)
         settle = self.ledger.settle_call(message, attempt, outcome, message.chain,
                                          tool.sensitive_fields)
         await asyncio.shield(self.ledger.apply(delivery.ack_with(settle)))
@@ -161,6 +167,7 @@ class Executor:
         approval = await self.ledger.get_approval(message.run_id, approval_id)
         if approval is None:
             return "the approval record is missing"
+        spans.note_approval(approval.approval_id, approval.decided_ms, approval.requested_ms)
         usable = "consumed" if facts.state == CallState.EXECUTING else "approved"
         if approval.state == "consumed" and usable == "approved":
             return "the approval was used already: one approval sends its call once"

@@ -58,6 +58,7 @@ from callgate.records import CallRecord, RunRecord
 from callgate.states import RunState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
+from callgate.telemetry import spans
 from callgate.tools.acceptance import check_acceptance
 from callgate.tools.registry import ToolRegistry
 
@@ -173,7 +174,9 @@ class ModelTurn:
         attempt = 0
         while True:
             attempt += 1
-            outcome = await adapter.complete(turn_input)
+            with spans.chat(run.model, run.turn, turn_input.max_output_tokens):
+                outcome = await adapter.complete(turn_input)
+                spans.note_response(outcome)
             crash_point("model_turn.after_request")
             raw, flooded = self._kept(outcome)
             acceptance_error = None
@@ -222,7 +225,10 @@ class ModelTurn:
             assistant = items_json(outcome.record.assistant_items)
         await self.ledger.finish_turn(tx, run, step.status, fields=fields, shown=shown,
                                       assistant=assistant)
-        return await self._apply(tx, delivery)
+        applied = await self._apply(tx, delivery)
+        if applied.ok:
+            spans.run_ended(run, step.status)
+        return applied
 
     async def _start_calls(
         self, tx: Tx, run: RunRecord, step: StartCalls, outcome: TurnOutcome, facts: TurnFacts,

@@ -27,6 +27,7 @@ from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, main, on_home_stream
 from callgate.streams.worker import DeadLetter
+from callgate.telemetry import spans
 from callgate.tools.contract import Reconciliation, Tool, call_context
 
 log = logging.getLogger("callgate.reconciler")
@@ -65,7 +66,9 @@ class Reconciler:
             if attempt < message.attempt:
                 continue
             await asyncio.sleep(delay_s)
-            answer = await self._ask(run, call, tool, attempt)
+            with spans.reconcile(tool.name, call.call_id, attempt):
+                answer = await self._ask(run, call, tool, attempt)
+                spans.note_reconciliation(answer.found)
             log.info("reconcile check", extra=log_fields(
                 run_id=call.run_id, call_id=call.call_id, attempt=attempt, found=answer.found))
             if answer.found != "unknown":

@@ -16,6 +16,7 @@ is decided.  Signed decisions arrive on the decisions stream
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from callgate.records import RAW_ARGUMENTS_MAX_BYTES, ErrorResult, truncate_utf8
 from callgate.states import CallState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
+from callgate.telemetry import spans
 from callgate.tools.contract import context_of
 from callgate.tools.policy import Decision, Limits, ProposedCall, check_preconditions, decide_batch
 
@@ -115,7 +117,7 @@ class Validator:
         self, message: ValidateRequest, facts: DecideFacts, delivery: Delivery
     ) -> Mismatch | None:
         """Decide every call of the turn and write it all in one guarded step."""
-        run_id, turn = message.run_id, message.turn
+        run_id, turn, started_ns = message.run_id, message.turn, time.time_ns()
         decisions = decide_batch(
             self.rt.registry,
             allowed_tools=facts.run.allowed_tools,
@@ -139,6 +141,10 @@ class Validator:
         if result.ok:
             for approval in approvals:
                 await self.expiry.schedule(approval)
+            if spans.enabled():
+                spans.validated(turn, [(c.tool, v.call_id, v.fields)
+                                       for c, v in zip(facts.calls, verdicts, strict=True)],
+                                started_ns)
         return MISMATCH if binding.broken(result) else None
 
     async def _preconditions(
@@ -193,7 +199,8 @@ class Validator:
             arguments=d.canonical_arguments or "{}",
             requested_by=str(facts.run.identity.get("user", "")),
             approver_role=d.approver_role or "",
-            expires_ms=now_ms() + int(ttl_s * 1000),
+            requested_ms=(now := now_ms()),
+            expires_ms=now + int(ttl_s * 1000),
         )
 
 

@@ -74,6 +74,18 @@ class Settings(BaseSettings):
         "plain redis-py.  TLS and Unix sockets always use redis-py.",
     )
 
+    # Tracing (shared/telemetry, README "Tracing"); the rest is the standard OTEL_* variables.
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans of every run, exported as OTLP/HTTP per OTEL_*; "
+        "off: no span is made and no message carries a traceparent.",
+    )
+    trace_content: bool = Field(
+        default=False,
+        description="Tool arguments and results as span attributes, redacted as the event "
+        "log is; off: never.",
+    )
+
     # Consumer-group behaviour (shared/streams/worker.py).
     # Four heartbeats per claim window: a live consumer survives ~0.9 s of stalled event loop,
     # and a dead one's messages are taken over ~1.2-1.5 s after it died.

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from callgate.errors import EnvelopeError
 from callgate.facts import CALLS_MAX, DecideFacts, ExecFacts
 from callgate.records import CallOutcome
+from callgate.telemetry.ids import TRACEPARENT_PATTERN
 
 SCHEMA_VERSION = 1
 TURN_MAX = 1_000_000
@@ -56,6 +57,10 @@ class EnvelopeBase(BaseModel):
     """The run this message belongs to; also selects the partition."""
     turn: int = Field(ge=0, le=TURN_MAX)
     """The model turn this message belongs to (1-based; 0 before the first turn)."""
+    traceparent: str | None = Field(default=None, pattern=TRACEPARENT_PATTERN, exclude=True)
+    """W3C trace context of the run's trace, written only while tracing is on (`stamp_with`):
+    the reader's span joins it.  Trace data only: nothing is decided on it, and it is left
+    out of every dump but `encode`'s (an event made of a message does not show it)."""
 
 
 class CallEnvelopeBase(EnvelopeBase):
@@ -187,8 +192,25 @@ def home_stream(kind: type[EnvelopeBase]) -> str:
 _adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 
 
+_stamp: Callable[[str], str | None] | None = None
+
+
+def stamp_with(stamp: Callable[[str], str | None] | None) -> None:
+    """Give every message this process encodes the ``traceparent`` ``stamp(run_id)`` returns
+    (`callgate.telemetry`; None: none again).  The ledger's steps build their outbox messages
+    here, so the trace follows a run through every step without the steps knowing of it."""
+    global _stamp
+    _stamp = stamp
+
+
 def encode(message: EnvelopeBase) -> bytes:
-    return orjson.dumps(message.model_dump(mode="json"))
+    data = message.model_dump(mode="json")
+    traceparent = message.traceparent
+    if traceparent is None and _stamp is not None:  # tracing off: the message is as it was
+        traceparent = _stamp(message.run_id)
+    if traceparent is not None:
+        data["traceparent"] = traceparent
+    return orjson.dumps(data)
 
 
 def decode(data: bytes | str) -> Envelope:

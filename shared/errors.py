@@ -17,6 +17,7 @@ from the error alone::
     ├── AuthError                  a token, signature or grant that does not hold
     ├── KeyFileError               a private key file that cannot be used
     ├── TrustConfigError           the deployment's trust file is missing or invalid
+    ├── TracingConfigError         an ``OTEL_*`` setting callgate cannot honour
     ├── ToolError                  a tool's own failure, carried to the model as a result
     └── ProviderError              a model request that failed, classified
         ├── ProviderTimeoutError       retryable
@@ -124,6 +125,11 @@ class KeyFileError(CallgateError):
 
 class TrustConfigError(CallgateError):
     """The trust file is missing, not JSON or not a valid trust configuration."""
+
+
+class TracingConfigError(CallgateError):
+    """Tracing is on and an ``OTEL_*`` setting asks for what callgate does not do (README
+    "Tracing"): the worker does not start."""
 
 
 class ToolError(CallgateError):

@@ -18,6 +18,7 @@ from callgate.logs import log_fields
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.commands import post
 from callgate.streams.service import Runtime
+from callgate.telemetry import spans
 
 log = logging.getLogger("callgate.ingress")
 
@@ -39,6 +40,7 @@ async def hand_off_expired(rt: Runtime, run_id: str, now: int) -> bool:
     result = await asyncio.shield(rt.ledger.apply(tx))
     if result.ok:
         log.info("run handed off", extra=log_fields(run_id=run_id, reason=DEADLINE_REACHED))
+        spans.run_ended(run, RunState.HANDED_OFF)
     return result.ok
 
 

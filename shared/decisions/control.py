@@ -23,6 +23,7 @@ from callgate.logs import log_fields
 from callgate.records import RunRecord
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.service import Runtime
+from callgate.telemetry import spans
 
 log = logging.getLogger("callgate.control")
 
@@ -85,6 +86,8 @@ class ControlFlow:
         if (await self.ledger.apply(tx)).ok:
             log.info(f"run {claims.act}", extra=log_fields(run_id=run.run_id,
                                                             person=decided.person))
+            if claims.act == "cancel":
+                spans.run_ended(run, RunState.CANCELLED)
             return
         await self._refuse(claims.run, msg_id, "the run moved on meanwhile, or this decision "
                            "was applied already; look again and decide anew", decided.person)

@@ -42,6 +42,9 @@ class ApprovalRecord(BaseModel):
     decided_by: str | None = None
     """The verified person who decided (or None: expired)."""
     decided_ms: int | None = None
+    requested_ms: int | None = None
+    """When the validator asked (None on records made before it was kept): the approval's wait
+    is ``decided_ms - requested_ms``."""
     reason: str | None = None
     signed_by: str | None = None
     """The key the decision was signed with (the person's own, or a delegate's: the bot)."""

@@ -31,13 +31,15 @@ from callgate.envelopes import (
     ValidateRequest,
     home_stream,
 )
-from callgate.errors import KeyFileError, TrustConfigError
+from callgate.errors import KeyFileError, TracingConfigError, TrustConfigError
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
 from callgate.streams.upkeep import announce
 from callgate.streams.worker import DeadLetter, Handler, StreamWorker
+from callgate.telemetry import spans, start_tracing, stop_tracing
+from callgate.telemetry.context import traced
 from callgate.tools.mcp_policy import HookError
 from callgate.tools.mcp_servers import parse_servers
 from callgate.tools.mcp_source import open_mcp_tools
@@ -45,7 +47,7 @@ from callgate.tools.registry import RegistryError, ToolRegistry, load_registry
 
 log = logging.getLogger("callgate.service")
 
-STARTUP_ERRORS = (TrustConfigError, KeyFileError, RegistryError)
+STARTUP_ERRORS = (TrustConfigError, KeyFileError, RegistryError, TracingConfigError)
 """What a worker meets at start-up when the deployment's own files are wrong."""
 START_FAILED = 2
 """The exit code of a worker that could not start (`run_worker`)."""
@@ -172,7 +174,8 @@ async def fail_bound_run(
     if any(call is None or call.turn != envelope.turn for call in calls):
         return
     tx = await runtime.ledger.end_run(run, RunState.FAILED, f"dead letter: {letter.reason}")
-    await runtime.ledger.apply(tx)
+    if (await runtime.ledger.apply(tx)).ok:
+        spans.run_ended(run, RunState.FAILED)
 
 
 def on_home_stream(runtime: Runtime, letter: DeadLetter) -> bool:
@@ -195,7 +198,7 @@ def _bound_calls(envelope: EnvelopeBase) -> tuple[str, ...]:
 async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
     """Run the service's stream loop until stopped (or drained, in burst mode)."""
     await open_tool_sources(runtime)
-    handler = await spec.make_handler(runtime)
+    handler = traced(await spec.make_handler(runtime))  # itself unless tracing is on
     accepts = {
         stream: CARRIED_ON[kind] for kind in spec.stream_kinds
         for stream in runtime.keys.streams(kind)
@@ -276,9 +279,17 @@ def run_worker(name: str, work: Coroutine[Any, Any, Any]) -> None:
     """Run a worker process's loop.  A deployment mistake found at start-up (a trust file, a
     key or a tool module that does not load) is one logged line and exit 2, not a traceback:
     the process cannot serve until the deployment is fixed."""
+    tracing = None
     try:
+        try:
+            tracing = start_tracing(name)
+        except TracingConfigError:
+            work.close()
+            raise
         eventloop.run(work)
     except STARTUP_ERRORS as exc:
         log.error("cannot start: fix the deployment and start again",
                   extra=log_fields(service=name, reason=str(exc)))
         raise SystemExit(START_FAILED) from None
+    finally:
+        stop_tracing(tracing)

@@ -30,6 +30,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from callgate.errors import ToolError
 from callgate.logs import log_fields
+from callgate.telemetry import spans
 from callgate.tools.mcp_servers import McpServer
 
 __all__ = ["McpConnection"]
@@ -200,9 +201,17 @@ class McpConnection:
     async def call(
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, *, retry: bool
     ) -> mcp_types.CallToolResult:
-        """``tools/call``; a read (``retry``) that finds the session broken is sent once more
-        on a fresh one.  A write is sent only on a session that just answered a ping, so a
-        session that broke while idle is re-opened before anything is sent, not after."""
+        """``tools/call``, in a ``tools/call {name}`` span whose context rides in ``_meta``
+        (W3C ``traceparent``) while tracing is on."""
+        with spans.mcp_call(self.server.name, name):
+            return await self._call(name, arguments, spans.traced_meta(meta), retry=retry)
+
+    async def _call(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, *, retry: bool
+    ) -> mcp_types.CallToolResult:
+        """A read (``retry``) that finds the session broken is sent once more on a fresh one.
+        A write is sent only on a session that just answered a ping, so a session that broke
+        while idle is re-opened before anything is sent, not after."""
         client = await self._session()
         if not retry and not await self._answers(client):
             client = await self._session(fresh=True)

@@ -42,13 +42,18 @@ def events() -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def operation_of(ctx: Context) -> str | None:
-    """The operation id the caller put in the request's ``_meta``."""
+def meta_value(ctx: Context, key: str) -> str | None:
+    """A string the caller put in the request's ``_meta``."""
     meta: Any = ctx.request_context.meta
     if meta is not None and not isinstance(meta, dict):
         meta = meta.model_dump(by_alias=True)
-    value = (meta or {}).get(OPERATION_KEY)
+    value = (meta or {}).get(key)
     return value if isinstance(value, str) else None
+
+
+def operation_of(ctx: Context) -> str | None:
+    """The operation id the caller put in the request's ``_meta``."""
+    return meta_value(ctx, OPERATION_KEY)
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -70,9 +75,9 @@ async def set_status(text: str, ctx: Context) -> dict[str, Any]:
 
 
 @server.tool()
-async def note(text: str) -> dict[str, Any]:
+async def note(text: str, ctx: Context) -> dict[str, Any]:
     """Keep a note."""
-    record("commit", tool="note", text=text)
+    record("commit", tool="note", text=text, traceparent=meta_value(ctx, "traceparent"))
     return {"noted": text}
 
 

@@ -1,7 +1,8 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
-    callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|executors|
-                               scale-out|recovery|memory|mcp …] [--runs N]
+    callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
+                               throughput-tracing|executors|scale-out|recovery|memory|mcp …]
+                   [--runs N]
                    [--json] [--smoke]
 
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every

@@ -154,6 +154,8 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("throughput", "redis_commands_per_call", "  Redis commands per tool call"),
     ("throughput-redis-py", "calls_per_s", "throughput, plain redis-py transport"),
     ("throughput-aof", "calls_per_s", "throughput, Redis appendfsync always"),
+    ("throughput-tracing", "calls_per_s", "throughput, tracing on (100% sampled, OTLP)"),
+    ("throughput-tracing", "cpu_ms_per_call", "  CPU per tool call, all processes (ms)"),
     ("executors", "one_calls_per_s", "1 executor, 50 ms tools (calls/s)"),
     ("executors", "one_in_flight_mean", "  calls in flight (mean)"),
     ("executors", "two_calls_per_s", "2 executors, 50 ms tools (calls/s)"),

@@ -6,6 +6,9 @@
 * ``throughput-aof``: a private Redis with the append-only file written and fsynced on every
   write (``appendfsync always``), the setting that makes a recorded intent survive a power
   cut (README: Performance): what that durability costs.
+* ``throughput-tracing``: every worker tracing (``CALLGATE_TRACING=1``, every run sampled),
+  exporting OTLP/HTTP to a receiver in this process that takes and drops what it is sent:
+  what a span per model request, validation, tool call and run costs (README: Tracing).
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from aiohttp import web
+
 from callgate.ops.bench import throughput
 from callgate.ops.bench.harness import Deployment
-from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import Progress
 
-VARIANTS = ("throughput-redis-py", "throughput-aof")
+VARIANTS = ("throughput-redis-py", "throughput-aof", "throughput-tracing")
 
 
 async def measure(
@@ -28,6 +33,8 @@ async def measure(
     if variant == "throughput-redis-py":
         env = {"CALLGATE_WIRE": "redis-py"}
         return await _pipeline(redis_url, env, api, runs, progress, variant)
+    if variant == "throughput-tracing":
+        return await _traced(redis_url, api, runs, progress, variant)
     aof = await asyncio.to_thread(EmbeddedRedis(appendonly=True).start)
     try:
         progress(f"{variant}: private Redis, appendonly yes, appendfsync always")
@@ -45,3 +52,30 @@ async def _pipeline(
         measured = await throughput.pipeline(deployment, api, runs)
     wanted = ("calls", "seconds", "calls_per_s", "cpu_ms_per_call", "redis_commands_per_call")
     return {name: measured[name] for name in wanted}
+
+
+async def _traced(
+    redis_url: str, api: str, runs: int, progress: Progress, name: str
+) -> dict[str, Any]:
+    """The pipeline with every worker tracing to a local OTLP/HTTP receiver that drops what
+    it gets (the collector's own cost is not the workers')."""
+    received = {"requests": 0, "bytes": 0}
+
+    async def traces(request: web.Request) -> web.Response:
+        received["requests"] += 1
+        received["bytes"] += len(await request.read())
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    env = {"CALLGATE_TRACING": "1", "OTEL_TRACES_SAMPLER": "always_on",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    try:
+        figures = await _pipeline(redis_url, env, api, runs, progress, name)
+    finally:
+        await runner.cleanup()
+    return {**figures, "otlp_requests": received["requests"], "otlp_bytes": received["bytes"]}
