@@ -1,0 +1,158 @@
+"""Following every run's event log from a cursor kept in Redis: the webhooks worker's reads and
+its bookkeeping (`callgate.webhooks.follow` decides what the events mean).
+
+No step of the loop changes for this: the follower only reads what the ledger already writes
+(the runs index, the inbox indexes, each run's event log) and keeps its own keys beside them
+(`Keys.webhooks`, `Keys.webhook_cursor`), each partition's in that partition's slot:
+
+* ``watch`` — the runs being followed.  A run joins when it appears in the runs index (read
+  from ``since``, its creation-time cursor) or in an inbox index (a run resumed after it ended
+  and now waits for a person again); it leaves once its log showed an end and nothing newer.
+* a cursor per run — ``<last entry id read> <run status seen>``, expiring with the run's keys;
+* ``counts`` / ``asked`` — the event counters and the approval request times (`commit`).
+
+A pass costs one XREAD over at most ``batch`` event logs per partition (a rotating window over
+``watch``), never a SCAN; everything it learnt is written in one MULTI per partition, so a
+counter moves once per event however often a pass is cut short and repeated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+
+from callgate.keys import Keys
+from callgate.records import Event
+from callgate.streams.commands import text as _text
+
+INBOX_MAX = 1000
+"""Inbox entries looked at per pass and partition for runs that came back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """How far a run's log was read, and the run status the log last showed."""
+
+    entry_id: str = "0-0"
+    status: str = ""
+
+    @classmethod
+    def parse(cls, raw: bytes | str | None) -> Cursor:
+        if raw is None:
+            return cls()
+        entry_id, _, status = _text(raw).partition(" ")
+        return cls(entry_id, status)
+
+    def __str__(self) -> str:
+        return f"{self.entry_id} {self.status}"
+
+
+@dataclass
+class Progress:
+    """What one pass over a partition learnt, written at once by `commit`."""
+
+    cursors: dict[str, Cursor] = field(default_factory=dict)
+    unwatch: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    asked: dict[str, int | None] = field(default_factory=dict)
+
+
+class Follower:
+    """The reads and writes of following partitions' event logs."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, retention_s: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.retention_s = retention_s
+
+    async def lease(self, owner: str, ms: int) -> bool:
+        """One follower pass at a time across every webhooks worker: True if ``owner`` holds
+        the lease now (it lapses after ``ms``, so a dead holder blocks nobody for long)."""
+        key = self.keys.webhooks(0, "lease")
+        if await self.redis.set(key, owner, nx=True, px=ms):
+            return True
+        return _text(await self.redis.get(key) or b"") == owner
+
+    async def release(self, owner: str) -> None:
+        key = self.keys.webhooks(0, "lease")
+        if _text(await self.redis.get(key) or b"") == owner:
+            await self.redis.delete(key)
+
+    async def discover(self, partition: int, batch: int) -> None:
+        """Watch the runs created since the last pass, and the runs people must act on."""
+        k = self.keys
+        since = int(await self.redis.get(k.webhooks(partition, "since")) or 0)
+        new = await self.redis.zrangebyscore(k.runs_index(partition), since, "+inf", start=0,
+                                             num=batch, withscores=True)
+        pipe = self.redis.pipeline(transaction=False)
+        if new:
+            pipe.zadd(k.webhooks(partition, "watch"),
+                      {_text(run_id): score for run_id, score in new}, nx=True)
+            pipe.set(k.webhooks(partition, "since"), int(new[-1][1]))
+        for index in (k.pending_approvals(partition), k.unresolved_calls(partition)):
+            members = await self.redis.zrange(index, 0, INBOX_MAX - 1)
+            runs = {_text(m).partition(" ")[0] for m in members}
+            if runs:
+                pipe.zadd(k.webhooks(partition, "watch"), dict.fromkeys(runs, 0), nx=True)
+        await pipe.execute()
+
+    async def watched(self, partition: int, offset: int, count: int) -> list[tuple[str, int]]:
+        """A window of the watched runs: ``(run id, created_ms)`` (0: came from an inbox)."""
+        rows = await self.redis.zrange(self.keys.webhooks(partition, "watch"), offset,
+                                       offset + count - 1, withscores=True)
+        return [(_text(run_id), int(score)) for run_id, score in rows]
+
+    async def cursors(self, run_ids: Sequence[str]) -> dict[str, Cursor]:
+        if not run_ids:
+            return {}
+        raw = await self.redis.mget([self.keys.webhook_cursor(r) for r in run_ids])
+        return {run_id: Cursor.parse(value) for run_id, value in zip(run_ids, raw, strict=True)}
+
+    async def read(self, cursors: Mapping[str, Cursor], per_run: int) -> dict[str, list[Event]]:
+        """The new entries of each run's log after its cursor, oldest first."""
+        if not cursors:
+            return {}
+        streams: dict[Any, Any] = {self.keys.events(r): c.entry_id for r, c in cursors.items()}
+        reply = await self.redis.xread(streams, count=per_run)
+        by_stream = {_text(name): entries for name, entries in reply or []}
+        return {run_id: [Event.from_entry(i, f) for i, f in by_stream[self.keys.events(run_id)]]
+                for run_id in cursors if self.keys.events(run_id) in by_stream}
+
+    async def call_tools(self, calls: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """The tool of each ``(run id, call id)`` whose ``call.created`` an earlier pass read."""
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id, call_id in calls:
+            pipe.hget(self.keys.call(run_id, call_id), "tool")
+        tools = await pipe.execute() if calls else []
+        return {call_id: _text(tool) for (_, call_id), tool in zip(calls, tools, strict=True)
+                if tool is not None}
+
+    async def asked(self, partition: int, approval_ids: Sequence[str]) -> dict[str, int]:
+        """When each approval was requested, as an earlier pass recorded it."""
+        if not approval_ids:
+            return {}
+        raw = await cast(Awaitable[list[Any]], self.redis.hmget(
+            self.keys.webhooks(partition, "asked"), list(approval_ids)))
+        return {a: int(v) for a, v in zip(approval_ids, raw, strict=True) if v is not None}
+
+    async def commit(self, partition: int, progress: Progress) -> None:
+        """Cursors, counters, request times and who leaves the watch, in one MULTI."""
+        k = self.keys
+        pipe = self.redis.pipeline(transaction=True)
+        for run_id, cursor in progress.cursors.items():
+            pipe.set(k.webhook_cursor(run_id), str(cursor), ex=self.retention_s)
+        for name, amount in progress.counts.items():
+            pipe.hincrby(k.webhooks(partition, "counts"), name, amount)
+        started = {a: t for a, t in progress.asked.items() if t is not None}
+        decided = [a for a, t in progress.asked.items() if t is None]
+        if started:
+            pipe.hset(k.webhooks(partition, "asked"), mapping=started)
+        if decided:
+            pipe.hdel(k.webhooks(partition, "asked"), *decided)
+        if progress.unwatch:
+            pipe.zrem(k.webhooks(partition, "watch"), *progress.unwatch)
+        await pipe.execute()
