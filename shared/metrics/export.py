@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from callgate.config import Settings
 from callgate.connect import redis_client
@@ -84,7 +85,7 @@ def _waits(counts: list[tuple[str, int]]) -> HistogramMetricFamily:
     for (decision, bucket), n in _split(counts, "wait"):
         by_decision.setdefault(decision, {})[bucket] = n
     for decision, row in sorted(by_decision.items()):
-        buckets = [(f"{le:g}", row.get(f"{le:g}", 0)) for le in WAIT_BUCKETS_S]
+        buckets = [(floatToGoString(le), row.get(f"{le:g}", 0)) for le in WAIT_BUCKETS_S]
         buckets.append(("+Inf", row.get("+Inf", 0)))
         wait.add_metric([decision], buckets, sum_value=row.get("sum_ms", 0) / 1000)
     return wait

@@ -109,7 +109,10 @@ class Follower:
     async def cursors(self, run_ids: Sequence[str]) -> dict[str, Cursor]:
         if not run_ids:
             return {}
-        raw = await self.redis.mget([self.keys.webhook_cursor(r) for r in run_ids])
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id in run_ids:
+            pipe.get(self.keys.webhook_cursor(run_id))
+        raw = await pipe.execute()
         return {run_id: Cursor.parse(value) for run_id, value in zip(run_ids, raw, strict=True)}
 
     async def read(self, cursors: Mapping[str, Cursor], per_run: int) -> dict[str, list[Event]]:
