@@ -1,0 +1,200 @@
+"""The follower and the courier against real Redis: event logs written as the ledger writes them
+(XADD ``t``/``type``/``d`` on each run's log, the run in its partition's runs index), a real HTTP
+receiver, and the arq delivery job's retry decision.
+
+* each event is handed to each subscribed endpoint once, however many passes run, and a fresh
+  worker (no memory) resumes from the cursors in Redis instead of starting over;
+* counters move once per event;
+* one pass at a time: a pass finds the lease held and reads nothing;
+* an ended run leaves the watch; one that waits for a person again comes back;
+* a delivery is posted once, retried on the schedule, and dead-lettered after the last try.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import ClientSession, web
+from arq import Retry
+
+from callgate.clock import now_ms
+from callgate.config import Settings
+from callgate.keys import Keys
+from callgate.ops.embedded_redis import free_port
+from callgate.ops.inspect_render import dead_letter_row
+from callgate.streams.follow import Follower
+from callgate.streams.outbound import Outbound
+from callgate.webhooks.deliver import Courier, job_of
+from callgate.webhooks.events import WebhookEvent
+from callgate.webhooks.follow import ENDED_GRACE_MS, Feed, delivery_id
+from callgate.webhooks.settings import Endpoint, WebhookSettings
+from callgate.webhooks.signing import SIGNATURE_HEADER, verify
+
+SECRET = "s" * 32
+EVERYTHING = Endpoint(name="all", url="http://127.0.0.1:1/x", secret=SECRET)
+ENDS_ONLY = Endpoint(name="ends", url="http://127.0.0.1:1/x", secret=SECRET,
+                     events=frozenset({"run.finished"}))
+
+
+class Recorder:
+    """The enqueue side of a feed: what it handed over, refusing a job id twice as arq does."""
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    async def __call__(self, endpoint: Endpoint, event: WebhookEvent) -> bool:
+        job_id = delivery_id(endpoint, event)
+        if job_id in self.jobs:
+            return False
+        self.jobs.append(job_id)
+        return True
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Keys:
+    return Keys(settings.key_prefix, settings.partitions)
+
+
+def feed(redis: aioredis.Redis, keys: Keys, sent: Recorder, owner: str = "w1") -> Feed:
+    return Feed(Follower(redis, keys, 3600), 1, 3600, [EVERYTHING, ENDS_ONLY], sent,
+                owner=owner)
+
+
+async def log(redis: aioredis.Redis, keys: Keys, run_id: str, type: str, **data: Any) -> None:
+    """One event-log entry, as `Ledger.event` writes it."""
+    await redis.xadd(keys.events(run_id), {"t": now_ms(), "type": type, "d": orjson.dumps(data)})
+
+
+async def new_run(redis: aioredis.Redis, keys: Keys, run_id: str) -> None:
+    await redis.zadd(keys.runs_index(0), {run_id: now_ms()})
+    await log(redis, keys, run_id, "run.created")
+
+
+async def counts(redis: aioredis.Redis, keys: Keys) -> dict[str, int]:
+    raw = await redis.hgetall(keys.webhooks(0, "counts"))
+    return {k.decode(): int(v) for k, v in raw.items()}
+
+
+async def test_each_event_once_per_endpoint_across_passes_and_a_fresh_worker(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    sent = Recorder()
+    await new_run(redis, keys, "r1")
+    await log(redis, keys, "r1", "call.created", call_id="c1", tool="reserve_seat")
+    await redis.hset(keys.call("r1", "c1"), mapping={"tool": "reserve_seat"})
+    await log(redis, keys, "r1", "run.transition", to="paused_approval", **{"from": ["x"]})
+    assert await feed(redis, keys, sent).run_pass() == 1
+    assert sent.jobs == [f"webhook:all:r1/{(await redis.xrange(keys.events('r1')))[2][0].decode()}"]
+
+    again = feed(redis, keys, sent)  # another process, nothing in memory
+    assert await again.run_pass() == 0 and len(sent.jobs) == 1, "resumed from the cursor"
+
+    await log(redis, keys, "r1", "call.transition", call_id="c1", to="succeeded",
+              **{"from": ["executing"]})
+    await log(redis, keys, "r1", "run.transition", to="completed", **{"from": ["x"]})
+    assert await again.run_pass() == 2, "run.finished for both endpoints"
+    assert [j.split(":")[1] for j in sent.jobs[1:]] == ["all", "ends"]
+    await again.run_pass()
+    assert await counts(redis, keys) == {"calls|reserve_seat|succeeded": 1,
+                                         "finished|completed": 1}, "counted once"
+
+
+async def test_a_pass_that_finds_the_lease_held_reads_nothing(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    sent = Recorder()
+    await new_run(redis, keys, "r1")
+    await log(redis, keys, "r1", "run.transition", to="failed", **{"from": ["x"]})
+    holder = feed(redis, keys, sent, owner="w1")
+    assert await holder.follower.lease("w1", 10_000)
+    assert await feed(redis, keys, sent, owner="w2").run_pass() == 0
+    assert sent.jobs == [] and await counts(redis, keys) == {}
+    await holder.follower.release("w1")
+    assert await feed(redis, keys, sent, owner="w2").run_pass() == 2
+
+
+async def test_an_ended_run_leaves_the_watch_and_comes_back_when_it_waits_again(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    sent = Recorder()
+    watch = keys.webhooks(0, "watch")
+    ended_ms = now_ms() - 2 * ENDED_GRACE_MS
+    await redis.zadd(keys.runs_index(0), {"r1": ended_ms - 1000})
+    await redis.xadd(keys.events("r1"), {"t": ended_ms, "type": "run.transition",
+                                         "d": orjson.dumps({"to": "completed", "from": ["x"]})},
+                     id=f"{ended_ms}-0")
+    follower = feed(redis, keys, sent)
+    await follower.run_pass()
+    assert await redis.zscore(watch, "r1") is not None, "still watched in the pass it ended"
+    await follower.run_pass()
+    assert await redis.zscore(watch, "r1") is None, "ended, nothing new: no longer read"
+
+    # A follow-up turn asks for an approval: the inbox brings the run back, from its cursor.
+    await log(redis, keys, "r1", "run.transition", to="paused_approval", **{"from": ["x"]})
+    await redis.zadd(keys.pending_approvals(0), {"r1 a1": now_ms() + 60_000})
+    before = len(sent.jobs)
+    assert await follower.run_pass() == 1
+    assert sent.jobs[before].startswith("webhook:all:r1/")
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[str, list[tuple[dict[str, str], bytes]], list[int]]]:
+    got: list[tuple[dict[str, str], bytes]] = []
+    answers: list[int] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append((dict(request.headers), await request.read()))
+        return web.Response(status=answers.pop(0) if answers else 200)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/hook", got, answers
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
+    redis: aioredis.Redis, keys: Keys, settings: Settings,
+    receiver: tuple[str, list[tuple[dict[str, str], bytes]], list[int]],
+) -> None:
+    url, got, answers = receiver
+    endpoint = Endpoint(name="ops", url=url, secret=SECRET)
+    event = WebhookEvent("r1/1-0", "run.finished", "r1", 1, {"status": "completed"})
+    job = job_of(endpoint, event.as_dict(), delivery_id(endpoint, event))
+    outbound = Outbound(redis, keys, 3600, 1000)
+    async with ClientSession() as session:
+        courier = Courier({"ops": endpoint}, WebhookSettings(retry_schedule_s=(0.5, 2.0)),
+                          outbound, session)
+        assert await courier.deliver(job, 1) == "delivered"
+        assert await courier.deliver(job, 1) == "delivered before"
+        assert len(got) == 1 and got[0][1] == event.body()
+        assert verify(SECRET.encode(), got[0][0][SIGNATURE_HEADER], got[0][1])
+
+        other = WebhookEvent("r1/2-0", "run.finished", "r1", 2, {"status": "failed"})
+        failing = job_of(endpoint, other.as_dict(), delivery_id(endpoint, other))
+        answers.extend([503, 503, 503])
+        for attempt, delay in ((1, 0.5), (2, 2.0)):
+            with pytest.raises(Retry) as retry:
+                await courier.deliver(failing, attempt)
+            assert retry.value.defer_score == delay * 1000
+        assert await courier.deliver(failing, 3) == "dead-lettered"
+        forged = {**job, "endpoint": "not-registered"}
+        assert await courier.deliver(forged, 1) == "dropped"
+
+    [(entry_id, fields)] = [(i.decode(), {k.decode(): v for k, v in f.items()})
+                            for i, f in await redis.xrange(keys.dead_letter(0))]
+    row = dead_letter_row(0, entry_id, fields)
+    assert (row["stream"], row["kind"], row["run_id"], row["delivery_count"]) == (
+        "webhooks", "webhook_delivery", "r1", 3)
+    assert "HTTP 503" in row["reason"]
+    stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.webhook_stats())).items()}
+    assert stats == {"ops|delivered": 1, "ops|failed": 3, "ops|dead_lettered": 1}
