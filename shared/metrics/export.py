@@ -21,7 +21,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from callgate.config import Settings
 from callgate.connect import redis_client
@@ -85,7 +84,8 @@ def _waits(counts: list[tuple[str, int]]) -> HistogramMetricFamily:
     for (decision, bucket), n in _split(counts, "wait"):
         by_decision.setdefault(decision, {})[bucket] = n
     for decision, row in sorted(by_decision.items()):
-        buckets = [(floatToGoString(le), row.get(f"{le:g}", 0)) for le in WAIT_BUCKETS_S]
+        # ``le`` as Prometheus writes it (60 → "60.0"); the counts are keyed as written.
+        buckets = [(repr(float(le)), row.get(f"{le:g}", 0)) for le in WAIT_BUCKETS_S]
         buckets.append(("+Inf", row.get("+Inf", 0)))
         wait.add_metric([decision], buckets, sum_value=row.get("sum_ms", 0) / 1000)
     return wait
