@@ -31,6 +31,10 @@ from callgate.streams.commands import text as _text
 
 INBOX_MAX = 1000
 """Inbox entries looked at per pass and partition for runs that came back."""
+LOOKBACK_MS = 2000
+"""How far behind its cursor a pass reads the runs index again (`Follower.discover`)."""
+PAGES_MAX = 20
+"""Pages of new runs one pass reads per partition (the rest wait for the next pass)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +87,26 @@ class Follower:
             await self.redis.delete(key)
 
     async def discover(self, partition: int, batch: int) -> None:
-        """Watch the runs created since the last pass, and the runs people must act on."""
+        """Watch the runs created since the last pass, and the runs people must act on.
+
+        A run's index entry is scored by its creation time, taken before the step that adds it
+        commits, so an entry may land a little behind ``since``: each pass looks `LOOKBACK_MS`
+        back (ZADD NX: a run already watched keeps its place)."""
         k = self.keys
         since = int(await self.redis.get(k.webhooks(partition, "since")) or 0)
-        new = await self.redis.zrangebyscore(k.runs_index(partition), since, "+inf", start=0,
-                                             num=batch, withscores=True)
+        new: list[tuple[bytes, float]] = []
+        for page in range(PAGES_MAX):
+            rows = await self.redis.zrangebyscore(
+                k.runs_index(partition), max(0, since - LOOKBACK_MS), "+inf",
+                start=page * batch, num=batch, withscores=True)
+            new += rows
+            if len(rows) < batch:
+                break
         pipe = self.redis.pipeline(transaction=False)
         if new:
             pipe.zadd(k.webhooks(partition, "watch"),
                       {_text(run_id): score for run_id, score in new}, nx=True)
-            pipe.set(k.webhooks(partition, "since"), int(new[-1][1]))
+            pipe.set(k.webhooks(partition, "since"), max(since, int(new[-1][1])))
         for index in (k.pending_approvals(partition), k.unresolved_calls(partition)):
             members = await self.redis.zrange(index, 0, INBOX_MAX - 1)
             runs = {_text(m).partition(" ")[0] for m in members}

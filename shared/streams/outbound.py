@@ -3,9 +3,9 @@
 The delivery job (`callgate.webhooks.deliver`) asks `Outbound` three things, each a single
 Redis command off every run's path:
 
-* `delivered` / `mark_delivered` — a per-delivery marker kept as long as the run's keys, so an
-  event the follower hands over twice (a pass repeated after a crash, a job id arq forgot) is
-  posted once;
+* `delivered` / `mark_delivered` — a per-delivery marker kept for a day, so an event the
+  follower hands over twice (a pass repeated after a crash, a job id arq forgot) is posted
+  once;
 * `count` — deliveries by endpoint and outcome, the hash `callgate.metrics` reads;
 * `dead_letter` — a delivery that used up its retries, written to the partition's dead-letter
   stream with the fields the stream loop writes (stream ``webhooks``, group ``webhooks``), so
@@ -23,6 +23,9 @@ from callgate.keys import Keys
 
 STREAM = "webhooks"
 """The ``stream`` and ``group`` a webhook dead letter names."""
+DELIVERED_KEPT_S = 86_400
+"""How long a delivered marker is kept: far longer than a follower's pass can be repeated
+(seconds), and than arq keeps a job's result (an hour), which dedups the same way meanwhile."""
 
 
 class Outbound:
@@ -36,7 +39,8 @@ class Outbound:
         return bool(await self.redis.exists(self.keys.webhook_delivered(delivery_id)))
 
     async def mark_delivered(self, delivery_id: str) -> None:
-        await self.redis.set(self.keys.webhook_delivered(delivery_id), 1, ex=self.retention_s)
+        await self.redis.set(self.keys.webhook_delivered(delivery_id), 1,
+                             ex=min(DELIVERED_KEPT_S, self.retention_s))
 
     async def count(self, endpoint: str, outcome: str) -> None:
         await cast(Awaitable[int], self.redis.hincrby(

@@ -198,3 +198,18 @@ async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
     assert "HTTP 503" in row["reason"]
     stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.webhook_stats())).items()}
     assert stats == {"ops|delivered": 1, "ops|failed": 3, "ops|dead_lettered": 1}
+
+
+async def test_a_run_indexed_behind_the_cursor_is_still_found(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """Two ingress steps: the later-stamped run commits first and moves the cursor past the
+    other, whose entry lands behind it a moment later."""
+    sent = Recorder()
+    follower = feed(redis, keys, sent)
+    stamp = now_ms()
+    await redis.zadd(keys.runs_index(0), {"later": stamp})
+    await follower.run_pass()
+    await redis.zadd(keys.runs_index(0), {"earlier": stamp - 500})
+    await log(redis, keys, "earlier", "run.transition", to="refused", **{"from": ["x"]})
+    assert await follower.run_pass() == 2, "run.finished of the run indexed behind the cursor"
