@@ -51,6 +51,9 @@ class Feed:
     enqueue: Enqueue
     batch: int = 500
     owner: str = "webhooks"
+    max_age_s: float = 86_400.0
+    """Events older than this when read are counted but not delivered (a first start on a
+    deployment with history, or a worker down for days, does not flood the receivers)."""
     offsets: dict[int, int] = field(default_factory=dict)
 
     async def run_pass(self) -> int:
@@ -82,7 +85,8 @@ class Feed:
             cursor = cursors[run_id]
             for event in events:
                 tally.add(event, tools, asked)
-                sent += await self._deliver(webhook_event(run_id, event, tools))
+                if now - event.t_ms <= self.max_age_s * 1000:
+                    sent += await self._deliver(webhook_event(run_id, event, tools))
             if events:
                 progress.cursors[run_id] = Cursor(events[-1].id, _status(cursor.status, events))
             elif _done(cursor, created_ms, now, self.retention_s):

@@ -77,6 +77,9 @@ class WebhookSettings(BaseSettings):
     timeout_s: float = Field(
         default=5.0, gt=0, le=8.0,
         description="One delivery's HTTP timeout (below the 10 s an arq job may run).")
+    max_age_s: float = Field(
+        default=86_400.0, gt=0,
+        description="Events older than this when the worker reads them are not delivered.")
     follow_batch: int = Field(
         default=500, ge=1, le=10_000,
         description="Runs whose event logs one follow pass reads per partition.")

@@ -70,7 +70,8 @@ class WebhookWorker:
             follower = Follower(runtime.redis, runtime.keys, self.settings.retention_s)
             self._feed = Feed(follower, self.settings.partitions, self.settings.retention_s,
                               self.endpoints, enqueue, self.webhook_settings.follow_batch,
-                              owner=runtime.consumer)
+                              owner=runtime.consumer,
+                              max_age_s=self.webhook_settings.max_age_s)
         return await self._feed.run_pass()
 
     async def deliver(self, ctx: dict[str, Any], job: dict[str, Any]) -> str:

@@ -213,3 +213,22 @@ async def test_a_run_indexed_behind_the_cursor_is_still_found(
     await redis.zadd(keys.runs_index(0), {"earlier": stamp - 500})
     await log(redis, keys, "earlier", "run.transition", to="refused", **{"from": ["x"]})
     assert await follower.run_pass() == 2, "run.finished of the run indexed behind the cursor"
+
+
+async def test_an_event_older_than_the_max_age_is_counted_but_not_delivered(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """A first start on a deployment with a week of history does not replay it to receivers."""
+    sent = Recorder()
+    old_ms = now_ms() - 2 * 86_400_000
+    await redis.zadd(keys.runs_index(0), {"old": old_ms})
+    await redis.xadd(keys.events("old"), {"t": old_ms, "type": "run.transition",
+                                          "d": orjson.dumps({"to": "failed", "from": ["x"]})},
+                     id=f"{old_ms}-0")
+    await new_run(redis, keys, "new")
+    await log(redis, keys, "new", "run.transition", to="failed", **{"from": ["x"]})
+    follower = feed(redis, keys, sent)
+    follower.follower.retention_s = follower.retention_s = 7 * 86_400
+    assert await follower.run_pass() == 2, "the new run's end, to both endpoints"
+    assert all(":new/" in job for job in sent.jobs)
+    assert (await counts(redis, keys))["finished|failed"] == 2, "both counted"
