@@ -54,6 +54,12 @@ class WebhookEvent:
         return orjson.dumps(self.as_dict())
 
 
+def _to(data: Mapping[str, Any]) -> str | None:
+    """The state a transition event names (None when it names none a state could be)."""
+    to = data.get("to")
+    return to if isinstance(to, str) else None
+
+
 def _pick(data: Mapping[str, Any], *names: str) -> dict[str, Any]:
     return {name: data[name] for name in names if data.get(name) is not None}
 
@@ -61,14 +67,15 @@ def _pick(data: Mapping[str, Any], *names: str) -> dict[str, Any]:
 def webhook_event(run_id: str, event: Event, tools: Mapping[str, str]) -> WebhookEvent | None:
     """The webhook event an entry of ``run_id``'s log is, if any (``tools``: call id → tool)."""
     data = event.data
+    to = _to(data)
     kind: EventType
-    if event.type == "run.transition" and data.get("to") in RUN_PAUSED:
-        kind, shown = "run.paused", {"status": data["to"], **_pick(data, "reason", "turn")}
-    elif event.type == "run.transition" and data.get("to") in RUN_TERMINAL:
-        kind, shown = "run.finished", {"status": data["to"], **_pick(data, "reason", "turn")}
+    if event.type == "run.transition" and to in RUN_PAUSED:
+        kind, shown = "run.paused", {"status": to, **_pick(data, "reason", "turn")}
+    elif event.type == "run.transition" and to in RUN_TERMINAL:
+        kind, shown = "run.finished", {"status": to, **_pick(data, "reason", "turn")}
     elif event.type == "approval.requested":
         kind, shown = "approval.requested", dict(data)
-    elif event.type == "call.transition" and data.get("to") == CallState.UNRESOLVED:
+    elif event.type == "call.transition" and to == CallState.UNRESOLVED:
         call_id = str(data.get("call_id", ""))
         kind = "outcome.unknown"
         shown = {"call_id": call_id, "tool": tools.get(call_id), **_pick(data, "reason")}
@@ -90,8 +97,8 @@ class Tally:
         data = event.data
         if event.type == "call.transition":
             self._call(data, tools)
-        elif event.type == "run.transition" and data.get("to") in RUN_TERMINAL:
-            self.counts[f"finished|{data['to']}"] += 1
+        elif event.type == "run.transition" and (to := _to(data)) in RUN_TERMINAL:
+            self.counts[f"finished|{to}"] += 1
         elif event.type == "call.resolved" and data.get("outcome"):
             self.counts[f"reconciled|person|{data['outcome']}"] += 1
         elif event.type == "approval.requested" and data.get("approval_id"):
@@ -100,12 +107,13 @@ class Tally:
             self._decided(event, str(data["approval_id"]), asked)
 
     def _call(self, data: Mapping[str, Any], tools: Mapping[str, str]) -> None:
-        to = data.get("to")
+        to = _to(data)
         if to in COUNTED_CALL_STATES:
             tool = tools.get(str(data.get("call_id")), "unknown")
             self.counts[f"calls|{tool}|{to}"] += 1
-        if CallState.RECONCILING in (data.get("from") or ()) and to in RECONCILED:
-            self.counts[f"reconciled|reconciler|{RECONCILED[str(to)]}"] += 1
+        sources = data.get("from")
+        if isinstance(sources, list) and CallState.RECONCILING in sources and to in RECONCILED:
+            self.counts[f"reconciled|reconciler|{RECONCILED[to]}"] += 1
 
     def _decided(self, event: Event, approval_id: str, asked: Mapping[str, int]) -> None:
         requested = self.asked.get(approval_id) or asked.get(approval_id)

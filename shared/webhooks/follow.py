@@ -55,15 +55,18 @@ class Feed:
     """Events older than this when read are counted but not delivered (a first start on a
     deployment with history, or a worker down for days, does not flood the receivers)."""
     offsets: dict[int, int] = field(default_factory=dict)
+    _passing: bool = field(default=False, init=False)
 
     async def run_pass(self) -> int:
-        """One pass over every partition; how many deliveries it enqueued (0 if another
-        process holds the lease)."""
-        if not await self.follower.lease(self.owner, LEASE_MS):
+        """One pass over every partition; how many deliveries it enqueued (0 if a pass runs
+        already, here or in another process: two would count the same events twice)."""
+        if self._passing or not await self.follower.lease(self.owner, LEASE_MS):
             return 0
+        self._passing = True
         try:
             return sum([await self.partition(p) for p in range(self.partitions)])
         finally:
+            self._passing = False
             await self.follower.release(self.owner)
 
     async def partition(self, partition: int) -> int:
@@ -109,7 +112,7 @@ class Feed:
         read now, else from the call record an earlier pass saw created."""
         tools = {str(e.data.get("call_id")): str(e.data.get("tool"))
                  for events in logs.values() for e in events if e.type == "call.created"}
-        missing = sorted({(run_id, str(e.data["call_id"])) for run_id, events in logs.items()
+        missing = sorted({(run_id, str(e.data.get("call_id"))) for run_id, events in logs.items()
                           for e in events if e.type == "call.transition"
                           and str(e.data.get("call_id")) not in tools})
         return {**tools, **await self.follower.call_tools(missing)}

@@ -12,6 +12,7 @@ receiver, and the arq delivery job's retry decision.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -232,3 +233,16 @@ async def test_an_event_older_than_the_max_age_is_counted_but_not_delivered(
     assert await follower.run_pass() == 2, "the new run's end, to both endpoints"
     assert all(":new/" in job for job in sent.jobs)
     assert (await counts(redis, keys))["finished|failed"] == 2, "both counted"
+
+
+async def test_two_passes_at_once_in_one_process_count_once(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    """arq starts the next second's pass while a slow one still runs: same owner, same lease."""
+    sent = Recorder()
+    await new_run(redis, keys, "r1")
+    await log(redis, keys, "r1", "run.transition", to="cancelled", **{"from": ["x"]})
+    follower = feed(redis, keys, sent)
+    results = await asyncio.gather(follower.run_pass(), follower.run_pass())
+    assert sorted(results) == [0, 2]
+    assert await counts(redis, keys) == {"finished|cancelled": 1}

@@ -89,3 +89,12 @@ def test_a_wait_whose_request_was_never_seen_is_not_guessed() -> None:
 
 def first_asked(tally: Tally) -> dict[str, int]:
     return {k: v for k, v in tally.asked.items() if v is not None}
+
+
+def test_an_entry_of_an_unexpected_shape_is_neither_an_event_nor_a_crash() -> None:
+    """The follower must not wedge on one odd entry: every later event of the run waits on it."""
+    for data in ({"to": ["completed"]}, {"to": {"x": 1}}, {}, {"call_id": None, "to": 3}):
+        for type in ("run.transition", "call.transition"):
+            entry = ev(type, **data)
+            assert webhook_event("r1", entry, TOOLS) is None
+            Tally().add(entry, TOOLS, {})
