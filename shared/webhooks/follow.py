@@ -60,14 +60,18 @@ class Feed:
     async def run_pass(self) -> int:
         """One pass over every partition; how many deliveries it enqueued (0 if a pass runs
         already, here or in another process: two would count the same events twice)."""
-        if self._passing or not await self.follower.lease(self.owner, LEASE_MS):
+        if self._passing:
             return 0
-        self._passing = True
+        self._passing = True  # before the first await: a second pass may start during it
         try:
-            return sum([await self.partition(p) for p in range(self.partitions)])
+            if not await self.follower.lease(self.owner, LEASE_MS):
+                return 0
+            try:
+                return sum([await self.partition(p) for p in range(self.partitions)])
+            finally:
+                await self.follower.release(self.owner)
         finally:
             self._passing = False
-            await self.follower.release(self.owner)
 
     async def partition(self, partition: int) -> int:
         follower = self.follower
