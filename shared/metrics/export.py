@@ -21,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+from starlette.routing import Route
 
 from callgate.config import Settings
 from callgate.connect import redis_client
@@ -157,8 +158,7 @@ async def _reply(send: Any, status: int, body: bytes, content_type: str) -> None
     await send({"type": "http.response.body", "body": body})
 
 
-def metrics_route(settings: Settings) -> Any:
-    """``Route("/metrics", …)`` for the HTTP API's Starlette app."""
-    from starlette.routing import Route
-
+def metrics_route(settings: Settings) -> Route:
+    """``Route("/metrics", …)`` for the HTTP API's Starlette app (its endpoint, a `MetricsApp`,
+    holds a Redis client: ``await route.endpoint.aclose()`` on shutdown)."""
     return Route("/metrics", MetricsApp(settings), methods=["GET", "HEAD"])

@@ -1,5 +1,6 @@
 """`/metrics` after real runs: every worker, the webhooks worker (which keeps the event counters),
-and `MetricsApp` served over HTTP by uvicorn, scraped and parsed as Prometheus would."""
+and `metrics_route` in a Starlette app served over HTTP by uvicorn, as the HTTP API mounts it,
+scraped and parsed as Prometheus would."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import aiohttp
 import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
 
 from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
+from callgate.config import Settings
 from callgate.decisions.desk import ApprovalDesk
-from callgate.metrics.export import MetricsApp
+from callgate.metrics.export import MetricsApp, metrics_route
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import worker_argv
 from callgate.ops.system import LocalSystem
@@ -35,10 +38,12 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 
 
 @contextlib.asynccontextmanager
-async def served(app: MetricsApp) -> AsyncIterator[str]:
+async def served(settings: Settings) -> AsyncIterator[str]:
+    route = metrics_route(settings)
+    assert isinstance(route.endpoint, MetricsApp)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                           log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[route]), host="127.0.0.1",
+                                           port=port, lifespan="off", log_level="warning"))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -47,7 +52,7 @@ async def served(app: MetricsApp) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
-        await app.aclose()
+        await route.endpoint.aclose()
 
 
 async def scrape(url: str) -> Samples:
@@ -92,7 +97,7 @@ async def test_metrics_after_real_runs_count_runs_calls_waits_and_pending(
         await client.redis.xgroup_create(notify, "probe", id="0")
         await client.redis.xreadgroup("probe", "probe-1", {notify: ">"}, count=1)
 
-    async with served(MetricsApp(system.settings)) as url:
+    async with served(system.settings) as url:
         deadline = time.monotonic() + 20
         samples = await scrape(url)
         while value(samples, "callgate_runs_finished_total", status="completed") != 2:
