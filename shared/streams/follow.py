@@ -9,7 +9,7 @@ No step of the loop changes for this: the follower only reads what the ledger al
   from ``since``, its creation-time cursor) or in an inbox index (a run resumed after it ended
   and now waits for a person again); it leaves once its log showed an end and nothing newer.
 * a cursor per run — ``<last entry id read> <run status seen>``, expiring with the run's keys;
-* ``counts`` / ``asked`` — the event counters and the approval request times (`commit`).
+* ``counts`` — the event counters; per run, the request times of its undecided approvals.
 
 A pass costs one XREAD over at most ``batch`` event logs per partition (a rotating window over
 ``watch``), never a SCAN; everything it learnt is written in one MULTI per partition, so a
@@ -19,9 +19,9 @@ counter moves once per event however often a pass is cut short and repeated.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -62,7 +62,8 @@ class Progress:
     cursors: dict[str, Cursor] = field(default_factory=dict)
     unwatch: list[str] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
-    asked: dict[str, int | None] = field(default_factory=dict)
+    asked: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    """(run id, approval id) → when requested; None: decided, forget it."""
 
 
 class Follower:
@@ -148,13 +149,13 @@ class Follower:
         return {call_id: _text(tool) for (_, call_id), tool in zip(calls, tools, strict=True)
                 if tool is not None}
 
-    async def asked(self, partition: int, approval_ids: Sequence[str]) -> dict[str, int]:
-        """When each approval was requested, as an earlier pass recorded it."""
-        if not approval_ids:
-            return {}
-        raw = await cast(Awaitable[list[Any]], self.redis.hmget(
-            self.keys.webhooks(partition, "asked"), list(approval_ids)))
-        return {a: int(v) for a, v in zip(approval_ids, raw, strict=True) if v is not None}
+    async def asked(self, approvals: Sequence[tuple[str, str]]) -> dict[str, int]:
+        """When each ``(run id, approval id)`` was requested, as an earlier pass recorded it."""
+        pipe = self.redis.pipeline(transaction=False)
+        for run_id, approval_id in approvals:
+            pipe.hget(self.keys.webhook_asked(run_id), approval_id)
+        raw = await pipe.execute() if approvals else []
+        return {a: int(v) for (_, a), v in zip(approvals, raw, strict=True) if v is not None}
 
     async def commit(self, partition: int, progress: Progress) -> None:
         """Cursors, counters, request times and who leaves the watch, in one MULTI."""
@@ -164,12 +165,12 @@ class Follower:
             pipe.set(k.webhook_cursor(run_id), str(cursor), ex=self.retention_s)
         for name, amount in progress.counts.items():
             pipe.hincrby(k.webhooks(partition, "counts"), name, amount)
-        started = {a: t for a, t in progress.asked.items() if t is not None}
-        decided = [a for a, t in progress.asked.items() if t is None]
-        if started:
-            pipe.hset(k.webhooks(partition, "asked"), mapping=started)
-        if decided:
-            pipe.hdel(k.webhooks(partition, "asked"), *decided)
+        for (run_id, approval_id), t_ms in progress.asked.items():
+            if t_ms is None:
+                pipe.hdel(k.webhook_asked(run_id), approval_id)
+            else:
+                pipe.hset(k.webhook_asked(run_id), approval_id, str(t_ms))
+                pipe.expire(k.webhook_asked(run_id), self.retention_s)
         if progress.unwatch:
             pipe.zrem(k.webhooks(partition, "watch"), *progress.unwatch)
         await pipe.execute()

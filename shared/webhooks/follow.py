@@ -82,9 +82,10 @@ class Feed:
         cursors = await follower.cursors([run_id for run_id, _ in runs])
         logs = await follower.read(cursors, PER_RUN)
         tools = await self._tools(logs)
-        decided = [str(e.data.get("approval_id")) for events in logs.values() for e in events
-                   if e.type in DECIDED]
-        asked = await follower.asked(partition, decided)
+        run_of = {str(e.data.get("approval_id")): run_id for run_id, events in logs.items()
+                  for e in events if e.type == "approval.requested" or e.type in DECIDED}
+        asked = await follower.asked([(run_id, approval_id) for approval_id, run_id
+                                      in run_of.items()])
         tally, progress, sent = Tally(), Progress(), 0
         now = now_ms()
         for run_id, created_ms in runs:
@@ -98,7 +99,8 @@ class Feed:
                 progress.cursors[run_id] = Cursor(events[-1].id, _status(cursor.status, events))
             elif _done(cursor, created_ms, now, self.retention_s):
                 progress.unwatch.append(run_id)
-        progress.counts, progress.asked = tally.counts, tally.asked
+        progress.counts = tally.counts
+        progress.asked = {(run_of[a], a): t for a, t in tally.asked.items() if a in run_of}
         await follower.commit(partition, progress)
         return sent
 

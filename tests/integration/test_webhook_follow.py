@@ -246,3 +246,22 @@ async def test_two_passes_at_once_in_one_process_count_once(
     results = await asyncio.gather(follower.run_pass(), follower.run_pass())
     assert sorted(results) == [0, 2]
     assert await counts(redis, keys) == {"finished|cancelled": 1}
+
+
+async def test_an_approval_wait_spans_passes_and_its_request_time_is_not_kept_forever(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    sent = Recorder()
+    await new_run(redis, keys, "r1")
+    await log(redis, keys, "r1", "approval.requested", approval_id="a1", call_id="c1")
+    await log(redis, keys, "r1", "approval.requested", approval_id="a2", call_id="c2")
+    follower = feed(redis, keys, sent)
+    await follower.run_pass()
+    asked = keys.webhook_asked("r1")
+    assert set(await redis.hkeys(asked)) == {b"a1", b"a2"}
+    assert 0 < await redis.ttl(asked) <= 3600, "expires like the run (a withdrawn one too)"
+    await log(redis, keys, "r1", "approval.denied", approval_id="a1", call_id="c1")
+    await follower.run_pass()
+    assert await redis.hkeys(asked) == [b"a2"]
+    found = await counts(redis, keys)
+    assert found["wait|denied|+Inf"] == 1 and found["wait|denied|5"] == 1
