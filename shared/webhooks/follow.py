@@ -11,7 +11,6 @@ re-enqueues what arq already holds — a no-op — and counts nothing twice.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,14 +21,14 @@ from callgate.streams.follow import Cursor, Follower, Progress
 from callgate.webhooks.events import DECIDED, Tally, WebhookEvent, webhook_event
 from callgate.webhooks.settings import Endpoint
 
-log = logging.getLogger("callgate.webhooks")
-
 PER_RUN = 200
 """Events read per run and pass (a run with more continues next pass)."""
 ENDED_GRACE_MS = 60_000
 """How long an ended run stays watched after its last event: a write in flight when it was
 cancelled is still reconciled, and counted."""
 LEASE_MS = 30_000
+WINDOWS_MAX = 10
+"""Windows of ``batch`` watched runs one pass reads per partition."""
 
 Enqueue = Callable[[Endpoint, WebhookEvent], Awaitable[bool]]
 """Hand one event to the delivery queue for one endpoint; False if it was there already."""
@@ -74,11 +73,23 @@ class Feed:
             self._passing = False
 
     async def partition(self, partition: int) -> int:
+        """Discover new runs, then read the watched ones a window of ``batch`` at a time, up
+        to `WINDOWS_MAX` windows (a larger watch is read across passes)."""
+        await self.follower.discover(partition, self.batch)
+        sent = 0
+        for _ in range(WINDOWS_MAX):
+            offset = self.offsets.get(partition, 0)
+            runs = await self.follower.watched(partition, offset, self.batch)
+            wrapped = len(runs) < self.batch
+            self.offsets[partition] = 0 if wrapped else offset + len(runs)
+            sent += await self.window(partition, runs)
+            if wrapped:
+                break
+        return sent
+
+    async def window(self, partition: int, runs: list[tuple[str, int]]) -> int:
+        """Read, hand over and count the new events of ``runs``; commit what was learnt."""
         follower = self.follower
-        await follower.discover(partition, self.batch)
-        offset = self.offsets.get(partition, 0)
-        runs = await follower.watched(partition, offset, self.batch)
-        self.offsets[partition] = 0 if len(runs) < self.batch else offset + len(runs)
         cursors = await follower.cursors([run_id for run_id, _ in runs])
         logs = await follower.read(cursors, PER_RUN)
         tools = await self._tools(logs)

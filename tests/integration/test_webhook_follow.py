@@ -265,3 +265,15 @@ async def test_an_approval_wait_spans_passes_and_its_request_time_is_not_kept_fo
     assert await redis.hkeys(asked) == [b"a2"]
     found = await counts(redis, keys)
     assert found["wait|denied|+Inf"] == 1 and found["wait|denied|5"] == 1
+
+
+async def test_one_pass_reads_a_watch_larger_than_its_window(
+    redis: aioredis.Redis, keys: Keys
+) -> None:
+    sent = Recorder()
+    for i in range(5):
+        await new_run(redis, keys, f"r{i}")
+        await log(redis, keys, f"r{i}", "run.transition", to="completed", **{"from": ["x"]})
+    small = Feed(Follower(redis, keys, 3600), 1, 3600, [ENDS_ONLY], sent, batch=2)
+    assert await small.run_pass() == 5, "three windows of two"
+    assert await small.run_pass() == 0
