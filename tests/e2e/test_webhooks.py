@@ -48,7 +48,7 @@ ENDPOINTS = [
 ]
 WEBHOOK_ENV = {
     "CALLGATE_WEBHOOK_ENDPOINTS": orjson.dumps(ENDPOINTS).decode(),
-    "CALLGATE_WEBHOOK_RETRY_SCHEDULE_S": "[0.5, 1, 2, 3]",
+    "CALLGATE_WEBHOOK_RETRY_SCHEDULE_S": "[0.3, 0.6, 1, 1.5]",
     "OPS_SECRET": SECRETS["ops"].decode(),
 }
 LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
