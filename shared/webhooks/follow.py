@@ -11,6 +11,8 @@ re-enqueues what arq already holds — a no-op — and counts nothing twice.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,8 +37,13 @@ Enqueue = Callable[[Endpoint, WebhookEvent], Awaitable[bool]]
 
 
 def delivery_id(endpoint: Endpoint, event: WebhookEvent) -> str:
-    """The one id of an event's delivery to one endpoint: arq's job id, the dedup key."""
-    return f"webhook:{endpoint.name}:{event.id}"
+    """The one id of an event's delivery to one endpoint: arq's job id, the dedup key.
+
+    Keyed with the endpoint's secret: submitters may create ``arq:job:*`` keys (that is how
+    they enqueue a run), and one that could guess this id could squat it and so silence the
+    delivery (arq enqueues nothing under a job id that exists)."""
+    digest = hmac.new(endpoint.key(), event.id.encode(), hashlib.sha256).hexdigest()[:32]
+    return f"webhook:{endpoint.name}:{digest}"
 
 
 @dataclass

@@ -46,12 +46,15 @@ class Recorder:
 
     def __init__(self) -> None:
         self.jobs: list[str] = []
+        self.sent: list[tuple[str, str]] = []
+        """(endpoint, event id) of each job taken."""
 
     async def __call__(self, endpoint: Endpoint, event: WebhookEvent) -> bool:
         job_id = delivery_id(endpoint, event)
         if job_id in self.jobs:
             return False
         self.jobs.append(job_id)
+        self.sent.append((endpoint.name, event.id))
         return True
 
 
@@ -89,7 +92,8 @@ async def test_each_event_once_per_endpoint_across_passes_and_a_fresh_worker(
     await redis.hset(keys.call("r1", "c1"), mapping={"tool": "reserve_seat"})
     await log(redis, keys, "r1", "run.transition", to="paused_approval", **{"from": ["x"]})
     assert await feed(redis, keys, sent).run_pass() == 1
-    assert sent.jobs == [f"webhook:all:r1/{(await redis.xrange(keys.events('r1')))[2][0].decode()}"]
+    paused_id = (await redis.xrange(keys.events("r1")))[2][0].decode()
+    assert sent.sent == [("all", f"r1/{paused_id}")]
 
     again = feed(redis, keys, sent)  # another process, nothing in memory
     assert await again.run_pass() == 0 and len(sent.jobs) == 1, "resumed from the cursor"
@@ -98,7 +102,7 @@ async def test_each_event_once_per_endpoint_across_passes_and_a_fresh_worker(
               **{"from": ["executing"]})
     await log(redis, keys, "r1", "run.transition", to="completed", **{"from": ["x"]})
     assert await again.run_pass() == 2, "run.finished for both endpoints"
-    assert [j.split(":")[1] for j in sent.jobs[1:]] == ["all", "ends"]
+    assert [endpoint for endpoint, _ in sent.sent[1:]] == ["all", "ends"]
     await again.run_pass()
     assert await counts(redis, keys) == {"calls|reserve_seat|succeeded": 1,
                                          "finished|completed": 1}, "counted once"
@@ -137,9 +141,9 @@ async def test_an_ended_run_leaves_the_watch_and_comes_back_when_it_waits_again(
     # A follow-up turn asks for an approval: the inbox brings the run back, from its cursor.
     await log(redis, keys, "r1", "run.transition", to="paused_approval", **{"from": ["x"]})
     await redis.zadd(keys.pending_approvals(0), {"r1 a1": now_ms() + 60_000})
-    before = len(sent.jobs)
+    before = len(sent.sent)
     assert await follower.run_pass() == 1
-    assert sent.jobs[before].startswith("webhook:all:r1/")
+    assert sent.sent[before][0] == "all" and sent.sent[before][1].startswith("r1/")
 
 
 @pytest.fixture
@@ -161,6 +165,16 @@ async def receiver() -> AsyncIterator[tuple[str, list[tuple[dict[str, str], byte
         yield f"http://127.0.0.1:{port}/hook", got, answers
     finally:
         await runner.cleanup()
+
+
+def test_a_delivery_id_names_the_endpoint_and_cannot_be_guessed_without_its_secret() -> None:
+    """Submitters may create arq job keys: one they could predict, they could squat."""
+    event = WebhookEvent("r1/1-0", "run.finished", "r1", 1, {})
+    other = Endpoint(name="all", url="http://127.0.0.1:1/x", secret="t" * 32)
+    assert delivery_id(EVERYTHING, event) == delivery_id(EVERYTHING, event)
+    assert delivery_id(EVERYTHING, event).startswith("webhook:all:")
+    assert "r1" not in delivery_id(EVERYTHING, event)
+    assert delivery_id(EVERYTHING, event) != delivery_id(other, event)
 
 
 async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
@@ -231,7 +245,7 @@ async def test_an_event_older_than_the_max_age_is_counted_but_not_delivered(
     follower = feed(redis, keys, sent)
     follower.follower.retention_s = follower.retention_s = 7 * 86_400
     assert await follower.run_pass() == 2, "the new run's end, to both endpoints"
-    assert all(":new/" in job for job in sent.jobs)
+    assert all(event_id.startswith("new/") for _, event_id in sent.sent)
     assert (await counts(redis, keys))["finished|failed"] == 2, "both counted"
 
 
