@@ -3,8 +3,9 @@
 Nothing is kept in a process's memory, so every replica of every worker kind is counted by
 reading the one store they share (no multiprocess directory to mount):
 
-* runs by status — the status of the newest ``runs_max`` runs of each partition's runs index
-  (one ZREVRANGE and one pipelined HGET each: ``runs_sampled`` says how many were read);
+* runs by status — the status of the newest ``runs_max`` runs, an equal share from each
+  partition's runs index (one ZREVRANGE and one pipelined HGET each: ``runs_sampled`` says how
+  many were read);
 * the event counters the webhooks worker keeps while it follows every run's event log (calls
   by tool and outcome, runs finished, reconciliations, approval waits: `callgate.webhooks.events`);
 * webhook deliveries by endpoint and outcome;
@@ -26,7 +27,7 @@ from callgate.streams.commands import text
 
 WATCHED_STREAMS = (*STREAM_KINDS, "notify")
 RUNS_MAX = 10_000
-"""Runs per partition whose status a scrape reads (the newest)."""
+"""Runs whose status a scrape reads (the newest of each partition, in equal shares)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +56,10 @@ async def snapshot(redis: aioredis.Redis, keys: Keys, runs_max: int = RUNS_MAX) 
     """Everything one scrape exports, read now."""
     snap = Snapshot()
     parts = range(keys.partitions)
+    share = max(1, runs_max // keys.partitions)
     pipe = redis.pipeline(transaction=False)
     for p in parts:
-        pipe.zrevrange(keys.runs_index(p), 0, runs_max - 1)
+        pipe.zrevrange(keys.runs_index(p), 0, share - 1)
         pipe.hgetall(keys.webhooks(p, "counts"))
         pipe.xlen(keys.dead_letter(p))
     pipe.hgetall(keys.webhook_stats())
