@@ -3,7 +3,7 @@
 The delivery job (`callgate.webhooks.deliver`) asks `Outbound` three things, each a single
 Redis command off every run's path:
 
-* `delivered` / `mark_delivered` — a per-delivery marker kept for a day, so an event the
+* `delivered` / `mark_delivered` — a per-delivery marker kept for an hour, so an event the
   follower hands over twice (a pass repeated after a crash, a job id arq forgot) is posted
   once;
 * `count` — deliveries by endpoint and outcome, the hash `callgate.metrics` reads;
@@ -23,9 +23,10 @@ from callgate.keys import Keys
 
 STREAM = "webhooks"
 """The ``stream`` and ``group`` a webhook dead letter names."""
-DELIVERED_KEPT_S = 86_400
+DELIVERED_KEPT_S = 3600
 """How long a delivered marker is kept: far longer than a follower's pass can be repeated
-(seconds), and than arq keeps a job's result (an hour), which dedups the same way meanwhile."""
+(seconds, or minutes for a worker that died mid-pass) and than arq keeps a delivery's result,
+which dedups the same way meanwhile; short enough that a busy deployment's markers stay small."""
 
 
 class Outbound:

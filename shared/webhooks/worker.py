@@ -27,6 +27,9 @@ from callgate.webhooks.follow import LEASE_MS, Feed, delivery_id
 from callgate.webhooks.settings import Endpoint, WebhookSettings
 
 FOLLOW_EVENTS = "follow_events"
+DELIVERY_RESULT_S = 300
+"""How long arq keeps a delivery's result (and so refuses its job id again): a repeated pass
+comes within seconds; the delivered marker covers longer."""
 
 
 def webhook_queue_name(settings: Settings) -> str:
@@ -48,7 +51,7 @@ class WebhookWorker:
         every_second = set(range(60))
         return QueueSpec(
             webhook_queue_name(self.settings),
-            [func(self.deliver, name=DELIVER_WEBHOOK,
+            [func(self.deliver, name=DELIVER_WEBHOOK, keep_result=DELIVERY_RESULT_S,
                   max_tries=len(self.webhook_settings.retry_schedule_s) + 2)],
             [cron(self.follow, name=FOLLOW_EVENTS, second=every_second, run_at_startup=True,
                   unique=True, timeout=LEASE_MS / 1000)],
