@@ -131,6 +131,32 @@ class Keys:
         tag_end = stream.index("}") + 1
         return f"{stream[:tag_end]}:dead"
 
+    def webhooks(self, partition: int, name: str) -> str:
+        """The webhooks worker's bookkeeping in the partition's slot (`callgate.webhooks`):
+        ``watch`` (runs it follows, by creation time), ``since`` (how far into the runs index
+        it has looked), ``counts`` (the event counters `callgate.metrics` reads) and
+        ``lease``."""
+        return f"{self.tag(partition)}:webhooks:{name}"
+
+    def webhook_cursor(self, run_id: str) -> str:
+        """How far the webhooks worker read a run's event log (``<entry id> <run status>``);
+        it expires like the run."""
+        return f"{self._run_tag(run_id)}:whcur:{run_id}"
+
+    def webhook_asked(self, run_id: str) -> str:
+        """Hash of the run's approvals still undecided when the webhooks worker last read its
+        log → when each was requested (the approval wait metric); it expires like the run."""
+        return f"{self._run_tag(run_id)}:whask:{run_id}"
+
+    def webhook_delivered(self, delivery_id: str) -> str:
+        """Set once a webhook delivery was accepted by its endpoint (no partition: it names an
+        endpoint's copy of an event)."""
+        return f"{self.prefix}:webhooks:done:{delivery_id}"
+
+    def webhook_stats(self) -> str:
+        """Hash of webhook delivery counts by ``<endpoint>|<outcome>`` (`callgate.metrics`)."""
+        return f"{self.prefix}:webhooks:stats"
+
     def bench(self, name: str) -> str:
         """Benchmark bookkeeping (`callgate.ops.bench`): timings, the floor relay's streams and
         state, all in partition 0's slot so one relay step never crosses slots."""

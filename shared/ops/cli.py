@@ -32,11 +32,13 @@ from callgate.config import Settings
 from callgate.ops import exits
 from callgate.ops.dev_cli import (
     MCP_HELP,
+    WEBHOOKS_HELP,
     already_running,
-    mcp_env,
     mcp_file,
     remove_state,
     state_file_of,
+    webhooks_file,
+    worker_env,
     write_state,
 )
 from callgate.ops.run_options import APIS, add_spec_options, spec_from_args, tools_problem
@@ -108,7 +110,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         scripted_model=False,
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
         tool_modules=modules,
-        env=mcp_env(args.mcp),
+        env=worker_env(args.mcp, args.webhooks),
+        replicas={"webhooks": 1},
         grace_s=args.grace,
     )
     system = LocalSystem(spec, progress=progress_to_stderr, sink=prefix_sink(sys.stderr))
@@ -188,6 +191,7 @@ def _add_up_and_demo(sub: Any) -> None:
     up.add_argument("--tools", help="tool modules the workers register, comma-separated "
                     "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
     up.add_argument("--mcp", type=mcp_file, metavar="FILE", help=MCP_HELP)
+    up.add_argument("--webhooks", type=webhooks_file, metavar="FILE", help=WEBHOOKS_HELP)
     up.set_defaults(handler=cmd_up)
 
     demo = sub.add_parser("demo", help="run a demo end to end")

@@ -1,10 +1,11 @@
 """`callgate dev`: a whole local deployment in one command, findable from any other terminal.
 
-    callgate dev [--tools m1,m2] [--mcp FILE] [--scenarios DIR] [--slack]
+    callgate dev [--tools m1,m2] [--mcp FILE] [--webhooks FILE] [--scenarios DIR] [--slack]
                  [--log-format auto|pretty|json]
 
 Starts what `callgate demo` starts and keeps it running (`LocalSystem`): Redis (REDIS_URL if
-it answers, else an embedded one), every worker, the scripted model server unless a provider
+it answers, else an embedded one), every worker (the webhooks worker too, posting to
+``--webhooks``'s endpoints), the scripted model server unless a provider
 key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with dummy keys), the
 demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL) and, with ``--slack``, the fake Slack
 with the approvals bot.  Then it writes ``HOME/dev.json`` (0600: the Redis URL may carry a
@@ -35,6 +36,7 @@ from callgate.ops.dev_logs import dev_sink, json_event
 from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.system import SERVICES, START_ERRORS, LocalSystem, SystemSpec
 from callgate.tools.mcp_servers import parse_servers
+from callgate.webhooks.settings import WebhookConfigError, WebhookSettings
 
 SLACK_CHANNEL = "C0CALLGATEDEV"
 SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
@@ -56,6 +58,7 @@ def add_command(sub: Any) -> None:
                      help="your scripted-model scenarios (DIR/<model>.json), before the built-ins")
     dev.add_argument("--slack", action="store_true",
                      help="also the fake Slack and the approvals bot")
+    dev.add_argument("--webhooks", type=webhooks_file, metavar="FILE", help=WEBHOOKS_HELP)
     dev.add_argument("--log-format", choices=("auto", "pretty", "json"), default="auto",
                      help="auto: readable on a terminal, JSON lines otherwise")
     dev.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
@@ -78,6 +81,28 @@ def mcp_file(path: str) -> str:
     return orjson.dumps(entries).decode()
 
 
+WEBHOOKS_HELP = ("the deployment's webhook endpoints, a JSON list as "
+                 "CALLGATE_WEBHOOK_ENDPOINTS_FILE takes it (README: Webhooks)")
+
+
+def webhooks_file(path: str) -> str:
+    """``--webhooks FILE``: the endpoints, checked now; the file's absolute path."""
+    try:
+        WebhookSettings(endpoints_file=Path(path)).load()
+    except WebhookConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from exc
+    return str(Path(path).resolve())
+
+
+def worker_env(mcp: str | None, webhooks: str | None) -> dict[str, str]:
+    """Every worker's environment for ``--mcp`` and ``--webhooks`` (each only when given, so
+    an exported setting stands)."""
+    env = mcp_env(mcp)
+    if webhooks is not None:
+        env["CALLGATE_WEBHOOK_ENDPOINTS_FILE"] = webhooks
+    return env
+
+
 def mcp_env(servers: str | None) -> dict[str, str]:
     """The environment that registers ``--mcp``'s servers with every worker (none: nothing, so
     an exported CALLGATE_MCP_SERVERS stands)."""
@@ -93,7 +118,8 @@ def dev_spec(args: argparse.Namespace) -> SystemSpec:
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
         tool_modules=modules,
         scenarios=() if args.scenarios is None else (args.scenarios.resolve(),),
-        env=mcp_env(args.mcp),
+        env=worker_env(args.mcp, args.webhooks),
+        replicas={"webhooks": 1},
         delegates={"slack": ["carol"]} if args.slack else {},
         grace_s=args.grace,
     )

@@ -22,6 +22,9 @@ from callgate.config import Settings
 
 WORKERS: tuple[str, ...] = ("ingress", "model_turn", "validator", "executor", "reconciler")
 """Every worker kind, in start order; one not yet written (no module) is skipped."""
+OPTIONAL_WORKERS: tuple[str, ...] = ("webhooks",)
+"""Worker kinds started only when asked for (`SystemSpec.replicas`): `callgate dev` and `up`
+start the webhooks worker, which also keeps the counters /metrics exports."""
 
 Progress = Callable[[str], None]
 

@@ -33,7 +33,14 @@ from callgate.ops.embedded_redis import (
     free_port,
     redis_answers,
 )
-from callgate.ops.stack import WORKERS, available_workers, base_env, default_redis_url, worker_argv
+from callgate.ops.stack import (
+    OPTIONAL_WORKERS,
+    WORKERS,
+    available_workers,
+    base_env,
+    default_redis_url,
+    worker_argv,
+)
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.standins.demo import TOOL_MODULES as DEMO_TOOL_MODULES
 
@@ -240,9 +247,10 @@ class LocalSystem:
         return api, bot
 
     def start_workers(self) -> dict[str, list[str]]:
-        """Start the replicas of every worker kind; a kind already started is left alone."""
-        for kind in available_workers(WORKERS):
-            count = self.spec.replicas.get(kind, 1)
+        """Start the replicas of every worker kind (an optional kind only when its replicas
+        are given); a kind already started is left alone."""
+        for kind in available_workers((*WORKERS, *OPTIONAL_WORKERS)):
+            count = self.spec.replicas.get(kind, 0 if kind in OPTIONAL_WORKERS else 1)
             if kind in self.workers or count <= 0:
                 continue
             names = [kind] if count == 1 else [f"{kind}-{i}" for i in range(1, count + 1)]

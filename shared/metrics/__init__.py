@@ -1,0 +1,1 @@
+"""Prometheus metrics read from Redis at scrape time (README: Metrics)."""
