@@ -1,0 +1,68 @@
+"""`callgate serve` beside a whole deployment, for the HTTP API tests: the server runs as its own
+process (started the way `callgate dev` starts it), with a delegate key ``api`` that may sign for
+carol, alice, bob and the operator — not dave — and bearer tokens for anyone in the keyring."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from callgate.auth.deployment import signer_of
+from callgate.auth.keyring import LocalKeyring
+from callgate.auth.tokens import ACCESS_TYPE, sign_access
+from callgate.ops.dev_cli import start_api
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.system import LocalSystem
+from tests.e2e.people import deployment
+
+API_SIGNS_FOR = ["carol", "alice", "bob", "operator"]
+
+
+def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],
+                   env: Mapping[str, str] | None = None) -> Iterator[LocalSystem]:
+    """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``)."""
+    LocalKeyring(home).ensure({}, {"api": API_SIGNS_FOR})
+    for system in deployment(redis_server, services, env):
+        start_api(system)
+        yield system
+
+
+def token(system: LocalSystem, name: str, ttl_s: float = 120) -> str:
+    """A bearer token for ``name``, as `callgate keys token NAME` prints it."""
+    return sign_access(signer_of(system.settings, name), ttl_s)
+
+
+def expired_token(system: LocalSystem, name: str) -> str:
+    """``name``'s own key, a token that expired an hour ago."""
+    now = int(time.time())
+    claims = {"sub": name, "typ": ACCESS_TYPE, "iat": now - 4000, "exp": now - 3600, "jti": "x"}
+    return jwt.encode(claims, signer_of(system.settings, name).key, algorithm="EdDSA",
+                      headers={"kid": name})
+
+
+def foreign_token(name: str) -> str:
+    """A token naming ``name`` but signed by a key the deployment does not know."""
+    now = int(time.time())
+    claims = {"sub": name, "typ": ACCESS_TYPE, "iat": now, "exp": now + 60, "jti": "y"}
+    return jwt.encode(claims, Ed25519PrivateKey.generate(), algorithm="EdDSA",
+                      headers={"kid": name})
+
+
+def bad_tokens(system: LocalSystem, name: str) -> dict[str, dict[str, Any]]:
+    """The headers of every caller the deployment cannot verify (each must get a 401)."""
+    return {
+        "none": {},
+        "malformed": {"Authorization": "Bearer not-a-jwt"},
+        "not bearer": {"Authorization": f"Basic {token(system, name)}"},
+        "expired": {"Authorization": f"Bearer {expired_token(system, name)}"},
+        "foreign key": {"Authorization": f"Bearer {foreign_token(name)}"},
+    }
+
+
+def auth(system: LocalSystem, name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(system, name)}"}
