@@ -1,6 +1,6 @@
 """`callgate dev`: a whole local deployment in one command, findable from any other terminal.
 
-    callgate dev [--tools m1,m2] [--mcp FILE] [--scenarios DIR] [--slack]
+    callgate dev [--tools m1,m2] [--mcp FILE] [--scenarios DIR] [--slack] [--api-port PORT]
                  [--log-format auto|pretty|json]
 
 Starts what `callgate demo` starts and keeps it running (`LocalSystem`): Redis (REDIS_URL if
@@ -9,9 +9,9 @@ key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with 
 demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL), the HTTP API (`callgate serve` on
 ``--api-port``, signing decisions with the keyring's delegate key ``api``) and, with
 ``--slack``, the fake Slack with the approvals bot.  Then it writes ``HOME/dev.json`` (0600:
-the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in another terminal joins this
-deployment with nothing exported; the file goes when dev stops.  `callgate up` writes the same
-file: an embedded Redis has a generated password, which only this file and the children hold.
+the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in
+another terminal joins this deployment with nothing exported; the file goes when dev stops.
+`callgate up` writes the same file: an embedded Redis has a generated password, which only this file and the children hold.
 """
 
 from __future__ import annotations
