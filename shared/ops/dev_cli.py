@@ -11,7 +11,8 @@ demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL), the HTTP API (`callga
 ``--slack``, the fake Slack with the approvals bot.  Then it writes ``HOME/dev.json`` (0600:
 the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in
 another terminal joins this deployment with nothing exported; the file goes when dev stops.
-`callgate up` writes the same file: an embedded Redis has a generated password, which only this file and the children hold.
+`callgate up` writes the same file: an embedded Redis has a generated password, which only this
+file and the children hold.
 """
 
 from __future__ import annotations
