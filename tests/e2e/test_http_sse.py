@@ -1,0 +1,116 @@
+"""The run's events over HTTP: as JSON, and as Server-Sent Events that follow the run live and
+resume from ``Last-Event-ID`` — a client that drops mid-run and comes back gets every event
+exactly once, in order, including those written while it was away."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from callgate.client import CallgateClient
+from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.system import LocalSystem
+from tests.e2e.api_server import api_deployment, auth
+from tests.e2e.people import status, until
+
+pytestmark = pytest.mark.slow
+
+SSE = {"Accept": "text/event-stream"}
+
+
+@pytest.fixture(scope="module")
+def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
+    yield from api_deployment(redis_server, callgate_home, ("booking",),
+                              {"CALLGATE_API_SSE_BLOCK_MS": "300"})
+
+
+@pytest.fixture
+async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
+    async with CallgateClient(system.settings) as c:
+        yield c
+
+
+async def frames(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
+    """The SSE frames of ``response`` as {id, event, data}; comments skipped."""
+    frame: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if not line:
+            if "event" in frame or "data" in frame:
+                yield frame
+            frame = {}
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        frame[name] = value.removeprefix(" ")
+
+
+async def read_events(api: httpx.AsyncClient, path: str, headers: dict[str, str],
+                      stop: Any) -> list[dict[str, str]]:
+    """Frames until ``stop(frame)`` says so (the connection is then dropped) or the end."""
+    got: list[dict[str, str]] = []
+    async with api.stream("GET", path, headers={**SSE, **headers}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for frame in frames(response):
+            if frame.get("event") == "end":
+                break
+            got.append(frame)
+            if stop(frame):
+                break
+    return got
+
+
+async def test_a_client_that_reconnects_gets_every_event_once_in_order(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
+        body = {"api": "anthropic-messages", "model": "conf-reserve", "input": "book",
+                "identity": {"user": "alice"}, "allowed_tools": ["reserve_seat"]}
+        started = await api.post("/runs", json=body, headers=auth(system, "local"))
+        run_id = started.json()["run_id"]
+        await until(client, run_id, status("paused_approval"))
+        path = f"/runs/{run_id}/events"
+        refused = await api.get(path, headers=SSE)
+        assert refused.status_code == 401
+
+        first = await read_events(api, path, auth(system, "carol"),
+                                  lambda f: f["event"] == "approval.requested")
+        assert first and first[-1]["event"] == "approval.requested"
+        # Dropped mid-run: what happens now is written while nobody listens.
+        call = await client.ledger.get_call(run_id, "t1.0")
+        assert call is not None
+        approved = await api.post(f"/approvals/{call.approval_id}/approve",
+                                  headers=auth(system, "carol"))
+        assert approved.status_code == 200, approved.text
+        rest = await read_events(api, path, {**auth(system, "carol"),
+                                             "Last-Event-ID": first[-1]["id"]}, lambda f: False)
+
+        stored = [e.id for e in await client.events(run_id)]
+        received = [f["id"] for f in first + rest]
+        assert received == stored, "every event once, in order, across the reconnect"
+        assert (await client.view(run_id))["status"] == "completed"
+        types = [f["event"] for f in rest]
+        assert "approval.approved" in types and types[-1] == "run.transition"
+        assert orjson.loads(rest[-1]["data"])["data"]["to"] == "completed"
+
+        listed = (await api.get(path, headers=auth(system, "carol"))).json()
+        assert [e["id"] for e in listed["events"]] == stored
+        after = (await api.get(path, params={"after": first[-1]["id"]},
+                               headers=auth(system, "carol"))).json()
+        assert [e["id"] for e in after["events"]] == [f["id"] for f in rest]
+        bad = await api.get(path, headers={**auth(system, "carol"), "Last-Event-ID": "x"})
+        assert bad.status_code == 422
+
+
+async def test_the_served_openapi_document_is_the_apps(system: LocalSystem) -> None:
+    async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
+        doc = (await api.get("/openapi.json")).json()
+        health = await api.get("/healthz")
+    assert doc["info"]["title"] == "callgate HTTP API"
+    assert "/runs/{run_id}/events" in doc["paths"] and health.json() == {"ok": True}
