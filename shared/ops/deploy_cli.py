@@ -7,11 +7,11 @@
 Each ``--grant``/``--attribute`` belongs to the ``--service`` before it, each ``--role`` to the
 ``--person`` before it.  Writes ``DIR/trust.json`` (submitters with their grants and
 attributes, people with their roles, and with ``--slack`` / ``--api`` the delegate ``slack``
-/ ``api`` signing for every person), each private key in ``DIR/secrets/NAME.pem`` (0600, folder 0700, never
-printed) and ``DIR/.env`` (0600: the Redis users' passwords in hex, each login's URL, where the
-bundle is, the tool modules; `callgate.ops.deploy_bundle`), then prints the next steps (README:
-Deploy).  A bundle already in DIR is replaced only with ``--force`` (new keys and passwords:
-every copy of the old ones stops working).
+/ ``api`` signing for every person), each private key in ``DIR/secrets/NAME.pem`` (0600,
+folder 0700, never printed) and ``DIR/.env`` (0600: the Redis users' passwords in hex, each
+login's URL, where the bundle is, the tool modules; `callgate.ops.deploy_bundle`), then prints
+the next steps (README: Deploy).  A bundle already in DIR is replaced only with ``--force``
+(new keys and passwords: every copy of the old ones stops working).
 
 Exit codes: 0 written; 1 could not write; 2 usage; 3 DIR holds a bundle already.
 """

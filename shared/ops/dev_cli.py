@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -165,9 +166,22 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
 
 def start_api(system: LocalSystem, port: int = 0) -> str:
     """The HTTP API (`callgate serve`) on loopback, its decisions signed with the keyring's
-    delegate key ``api``; its URL."""
+    delegate key ``api``; its URL.  A port already taken (another dev, another server) gives
+    way to a free one, which the banner shows."""
+    if port and not _port_free(port):
+        system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
+        port = 0
     argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
     return system.start_listener("api", argv)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def start_slack(system: LocalSystem) -> None:
