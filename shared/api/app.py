@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPBearer
 
-from callgate.api import actions, events, inbox, problems, runs
+from callgate.api import actions, events, inbox, openapi, problems, runs
 from callgate.api.context import ApiContext
 from callgate.api.settings import ApiSettings
 from callgate.config import Settings
@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None, api: ApiSettings | None = None)
     app = FastAPI(title=TITLE, version=VERSION, description=DESCRIPTION, lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     problems.install(app)
+    openapi.install(app)
     # Names the bearer scheme in the OpenAPI document; the token itself is checked by
     # `callgate.api.context.current_caller` (HTTPBearer alone would answer 403, not 401).
     bearer = HTTPBearer(auto_error=False, description="callgate keys token NAME, or an "

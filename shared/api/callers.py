@@ -7,9 +7,10 @@ A caller is a submitting service or a person, each as the trust file lists them:
 * a JWT from an identity provider in the trust file's ``issuers``: its user is a person, with
   the roles the trust file gives that person (the roles the validator will use too).
 
-A submitter may start runs and send replies within its grants and nothing else; a person may
-decide within their trust roles and nothing else.  These checks are the door's courtesy — they
-answer 403 before anything is posted — while the validator still verifies every decision.
+A submitter may start runs, send replies and read runs within its grants and nothing else; a
+person may read runs and decide within their trust roles and nothing else.  The decision checks
+are the door's courtesy — they answer 403 before anything is posted — while the validator still
+verifies every decision.
 """
 
 from __future__ import annotations
@@ -90,6 +91,17 @@ def may_submit(caller: Caller, trust: TrustConfig, identity: Any, run_id: str) -
         check_tenant_named(trust, caller.name, identity)
     except AuthError as exc:
         raise Forbidden(exc.reason) from None
+
+
+def may_read(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:
+    """`Forbidden` unless a person asks, or a submitter that could have started this run (its
+    grants cover the run's identity): a service sees its own kind of runs, not every tenant's."""
+    if caller.kind == "person":
+        return
+    try:
+        check_grant(trust, caller.name, run.identity)
+    except AuthError as exc:
+        raise Forbidden(f"{caller.name} may not read this run ({exc.reason})") from None
 
 
 def may_reply(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from callgate.api.callers import Caller, Forbidden, authenticate
+from callgate.api.callers import Caller, Forbidden, authenticate, may_read
 from callgate.api.problems import Problem
 from callgate.api.settings import ApiSettings
 from callgate.auth.deployment import TrustSource, signer_of
@@ -24,6 +24,7 @@ from callgate.decisions.refusal import refuse
 from callgate.envelopes import new_id
 from callgate.errors import AuthError
 from callgate.logs import log_fields
+from callgate.records import RunRecord
 
 log = logging.getLogger("callgate.api")
 
@@ -44,13 +45,10 @@ class ApiContext:
 
     @classmethod
     def open(cls, settings: Settings, api: ApiSettings) -> ApiContext:
+        trust, delegate = preflight(settings, api)
         client = CallgateClient(settings)
         desk = ApprovalDesk(client.redis, client.keys, client.ledger, settings.tenant)
-        if api.delegate_key is not None:
-            delegate = Signer(api.delegate, read_private_key(api.delegate_key))
-        else:
-            delegate = signer_of(settings, api.delegate)
-        return cls(settings, api, client, desk, TrustSource(settings), delegate)
+        return cls(settings, api, client, desk, trust, delegate)
 
     async def close(self) -> None:
         await self.client.close()
@@ -64,10 +62,33 @@ class ApiContext:
         if run_id:
             await refuse(self.client.ledger, event, run_id, new_id(), reason, person)
 
+    async def readable_run(self, run_id: str, caller: Caller) -> RunRecord:
+        """The run, if the caller may read it: else 404, or 403 (said in its trace)."""
+        run = await self.client.run(run_id)
+        if run is None:
+            raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
+        try:
+            may_read(caller, self.trust.current(), run)
+        except Forbidden as exc:
+            raise await self.forbid(run_id, caller, exc) from None
+        return run
+
     async def forbid(self, run_id: str | None, caller: Caller, exc: Forbidden) -> Problem:
         """The 403 for ``exc``, once it is said in the run's trace."""
         await self.refused(run_id, FORBIDDEN_EVENT, str(exc), caller.name)
         return Problem(403, str(exc))
+
+
+def preflight(settings: Settings, api: ApiSettings) -> tuple[TrustSource, Signer]:
+    """The trust file and the delegate key, and a check that the submitter key reads: a
+    server that could not sign is refused at start-up (`CallgateError` says what to do),
+    not at its first request."""
+    signer_of(settings)
+    if api.delegate_key is not None:
+        delegate = Signer(api.delegate, read_private_key(api.delegate_key))
+    else:
+        delegate = signer_of(settings, api.delegate)
+    return TrustSource(settings), delegate
 
 
 def context_of(request: Request) -> ApiContext:

@@ -57,8 +57,7 @@ async def run_events(
 ) -> Any:
     """The run's events; live SSE with ``Accept: text/event-stream``."""
     start = _start_id(last_event_id, after)
-    if await ctx.client.run(run_id) is None:
-        raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
+    await ctx.readable_run(run_id, caller)
     if SSE_MEDIA_TYPE in request.headers.get("accept", ""):
         return StreamingResponse(follow(ctx, run_id, start), media_type=SSE_MEDIA_TYPE,
                                  headers={"Cache-Control": "no-store",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from callgate.ledger.reads import Reads
@@ -32,9 +33,12 @@ class RunFilter:
     user: str | None = None
     since_ms: int = 0
     until_ms: int | None = None
+    readable: Callable[[RunRecord], bool] | None = None
+    """Whether the caller may see a run at all."""
 
     def keeps(self, run: RunRecord) -> bool:
-        return ((self.statuses is None or run.status in self.statuses)
+        return ((self.readable is None or self.readable(run))
+                and (self.statuses is None or run.status in self.statuses)
                 and (self.tool is None or self.tool in run.allowed_tools)
                 and (self.user is None or run.identity.get("user") == self.user))
 

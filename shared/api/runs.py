@@ -15,12 +15,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 from pydantic import BaseModel
 
-from callgate.api.callers import Forbidden, may_submit
+from callgate.api.callers import Caller, Forbidden, may_read, may_submit
 from callgate.api.context import Ctx, Who
 from callgate.api.listing import RunFilter, decode_cursor, encode_cursor, page
 from callgate.api.problems import PROBLEM_SCHEMA, Problem
-from callgate.errors import NotFoundError
+from callgate.auth.trust import TrustConfig
+from callgate.client import run_view
 from callgate.ops.inspect_render import run_row
+from callgate.records import RunRecord
 from callgate.runspec import parse_spec, spec_hash, with_run_id
 from callgate.states import RunState
 
@@ -84,6 +86,14 @@ def _ms(moment: datetime | None) -> int | None:
     return None if moment is None else int(moment.timestamp() * 1000)
 
 
+def _readable(caller: Caller, trust: TrustConfig, run: RunRecord) -> bool:
+    try:
+        may_read(caller, trust, run)
+    except Forbidden:
+        return False
+    return True
+
+
 @router.get("/runs", response_model=RunPage)
 async def list_runs(
     ctx: Ctx, caller: Who,
@@ -100,7 +110,9 @@ async def list_runs(
         after = None if cursor is None else decode_cursor(cursor)
     except ValueError as exc:
         raise Problem(422, f"cursor: {exc}") from None
-    wanted = RunFilter(_statuses(status), tool, user, _ms(since) or 0, _ms(until))
+    trust = ctx.trust.current()
+    wanted = RunFilter(_statuses(status), tool, user, _ms(since) or 0, _ms(until),
+                       readable=lambda run: _readable(caller, trust, run))
     runs, more = await page(ctx.client.ledger, ctx.settings.partitions, wanted, after,
                             min(limit, ctx.api.max_page), ctx.settings.tenant)
     rows = [{**run_row(run), "allowed_tools": run.allowed_tools} for run in runs]
@@ -110,7 +122,5 @@ async def list_runs(
 @router.get("/runs/{run_id}", responses={404: PROBLEM_SCHEMA})
 async def view_run(ctx: Ctx, caller: Who, run_id: str) -> dict[str, Any]:
     """The run and every call: what was asked, decided and what came of it."""
-    try:
-        return await ctx.client.view(run_id)
-    except NotFoundError:
-        raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)") from None
+    run = await ctx.readable_run(run_id, caller)
+    return run_view(run, await ctx.client.ledger.run_calls(run_id, run.turn))

@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 
 from callgate.api.app import create_app
+from callgate.api.context import preflight
 from callgate.api.settings import ApiSettings
 from callgate.config import Settings
 from callgate.errors import CallgateError
@@ -38,7 +39,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     sigterm_as_interrupt()
     api = ApiSettings(host=args.host, port=args.port)
     try:
-        app = create_app(Settings(), api)
+        settings = Settings()
+        preflight(settings, api)
+        app = create_app(settings, api)
         sock = socket.socket(socket.AF_INET6 if ":" in api.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((api.host, api.port))

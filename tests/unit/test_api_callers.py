@@ -11,7 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from callgate.api.callers import Forbidden, authenticate, may_control, may_submit
+from callgate.api.callers import Forbidden, authenticate, may_control, may_read, may_submit
 from callgate.auth.keys import public_key_text
 from callgate.auth.tokens import Signer, sign_access, sign_decision
 from callgate.auth.trust import TrustConfig
@@ -108,3 +108,15 @@ def test_a_submitter_starts_runs_only_within_its_grants_and_decides_nothing() ->
         may_submit(carol, TRUST, {"user": "u"}, "run-1")
     with pytest.raises(Forbidden, match="neither the run's user"):
         may_control(carol, TRUST, run)
+
+
+def test_a_submitter_reads_only_runs_its_grants_cover_a_person_reads_any() -> None:
+    service = authenticate(header(sign_access(signer("svc"))), TRUST, now=time.time())
+    carol = authenticate(header(sign_access(signer("carol"))), TRUST, now=time.time())
+    ours = RunRecord(run_id="r1", api="openai-chat", model="m", input="i",
+                     identity={"user": "u", "roles": ["viewer"]})
+    theirs = ours.model_copy(update={"identity": {"user": "u", "roles": ["admin"]}})
+    may_read(service, TRUST, ours)
+    may_read(carol, TRUST, theirs)
+    with pytest.raises(Forbidden, match="may not read this run"):
+        may_read(service, TRUST, theirs)

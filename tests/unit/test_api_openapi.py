@@ -52,3 +52,25 @@ def test_every_route_but_health_needs_a_bearer_and_documents_its_refusals() -> N
 def test_the_events_route_offers_server_sent_events() -> None:
     ok = document()["paths"]["/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in ok
+
+
+def test_the_run_spec_schema_is_the_run_spec_models() -> None:
+    doc = document()
+    body = doc["paths"]["/runs"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/RunSpec"}
+    spec = doc["components"]["schemas"]["RunSpec"]
+    assert {"api", "model", "input"} <= set(spec["required"])
+    assert spec["additionalProperties"] is False
+    missing = {ref for ref in refs(doc)
+               if ref.removeprefix("#/components/schemas/") not in doc["components"]["schemas"]}
+    assert missing == set(), "every $ref resolves"
+
+
+def refs(node: Any) -> list[str]:
+    """Every ``$ref`` value anywhere in ``node``."""
+    if isinstance(node, dict):
+        own = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return own + [ref for value in node.values() for ref in refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in refs(value)]
+    return []
