@@ -1,7 +1,7 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|executors|
-                               recovery|memory|mcp …] [--runs N]
+                               recovery|memory|mcp|http …] [--runs N]
                    [--json] [--smoke]
 
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
@@ -23,7 +23,16 @@ import redis.asyncio as aioredis
 
 from callgate.envelopes import new_id
 from callgate.keys import Keys
-from callgate.ops.bench import executors, latency, mcp_read, memory, report, throughput, variants
+from callgate.ops.bench import (
+    executors,
+    http_api,
+    latency,
+    mcp_read,
+    memory,
+    report,
+    throughput,
+    variants,
+)
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
 from callgate.ops.bench.variants import VARIANTS
@@ -31,7 +40,8 @@ from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory", "mcp")
+SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "recovery", "memory", "mcp",
+             "http")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -108,6 +118,9 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
                 summary["recovery"] = report.recovery_summary(raw["recovery_s"])
         if "mcp" in chosen:
             summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
+        if "http" in chosen:
+            summary["http"] = await http_api.measure(redis_url, opts.api, opts.runs,
+                                                     progress)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
         await delete_prefix(redis, prefix)
