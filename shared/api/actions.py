@@ -21,12 +21,12 @@ from callgate.api.callers import (
     Forbidden,
     may_control,
     may_decide,
+    may_relay,
     may_reply,
     may_resolve,
 )
 from callgate.api.context import ApiContext, Ctx, Who
 from callgate.api.problems import PROBLEM_SCHEMA, Problem
-from callgate.auth.trust import ANY
 from callgate.envelopes import SignedDecision
 from callgate.errors import JobFailedError
 from callgate.states import CallState
@@ -75,25 +75,17 @@ class Verdict(BaseModel):
     decision_id: str
 
 
-async def checked(ctx: ApiContext, run_id: str, caller: Caller, check: Forbidden | None) -> None:
-    """Raise the 403 for ``check`` (said in the trace); and refuse a person this server's
-    delegate key may not speak for, before signing anything."""
-    if check is None:
-        signs_for = ctx.trust.current().delegates.get(ctx.delegate.key_id)
-        if signs_for is None or not (ANY in signs_for.signs_for
-                                     or caller.name in signs_for.signs_for):
-            check = Forbidden(f"this server may not sign for {caller.name} (its delegate "
-                              f"{ctx.delegate.key_id!r} does not list them in signs_for)")
-    if check is not None:
-        raise await ctx.forbid(run_id, caller, check)
-
-
-def _try(rule: Callable[..., None], *args: Any) -> Forbidden | None:
+async def door(ctx: ApiContext, run_id: str, caller: Caller, rule: Callable[..., None],
+               *facts: Any) -> None:
+    """The door's checks before anything is signed — ``rule(caller, trust, *facts)``, and
+    whether this server's delegate may speak for the caller at all; a failure is a 403,
+    said in the run's trace."""
+    trust = ctx.trust.current()
     try:
-        rule(*args)
+        rule(caller, trust, *facts)
+        may_relay(caller, trust, ctx.delegate.key_id)
     except Forbidden as exc:
-        return exc
-    return None
+        raise await ctx.forbid(run_id, caller, exc) from None
 
 
 async def verdict(ctx: ApiContext, message: SignedDecision, after: str,
@@ -118,8 +110,7 @@ async def decide(
     if record is None:
         raise Problem(404, f"no pending approval {approval_id} (decided, expired or unknown; "
                       "GET /inbox lists what waits)")
-    await checked(ctx, record.run_id, caller, _try(may_decide, caller, ctx.trust.current(),
-                                                   record))
+    await door(ctx, record.run_id, caller, may_decide, record)
     after = await ctx.desk.last_event_id(record.run_id)
     message = await ctx.desk.post(record, decision, ctx.delegate, person=caller.name,
                                   reason=body.reason, args_hash=body.args_hash)
@@ -137,8 +128,7 @@ async def resolve(
         raise Problem(404, f"call {call_id} of run {run_id} is not unresolved ({shown})")
     record = (None if call.approval_id is None
               else await ctx.client.ledger.get_approval(run_id, call.approval_id))
-    await checked(ctx, run_id, caller, _try(may_resolve, caller, ctx.trust.current(), call,
-                                            record))
+    await door(ctx, run_id, caller, may_resolve, call, record)
     after = await ctx.desk.last_event_id(run_id)
     message = await ctx.desk.resolve(call, body.outcome, ctx.delegate, result=body.result,
                                      reason=body.reason, person=caller.name)
@@ -150,7 +140,7 @@ async def _control(ctx: ApiContext, caller: Caller, run_id: str, act: Literal["c
     run = await ctx.client.run(run_id)
     if run is None:
         raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
-    await checked(ctx, run_id, caller, _try(may_control, caller, ctx.trust.current(), run))
+    await door(ctx, run_id, caller, may_control, run)
     after = await ctx.desk.last_event_id(run_id)
     message = await ctx.desk.control(run, act, ctx.delegate, budget=budget, person=caller.name)
     return await verdict(ctx, message, after, response)

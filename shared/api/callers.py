@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from callgate.auth.tenancy import check_tenancy, check_tenant_named
 from callgate.auth.tokens import check_grant, issuer_of, verify_access, verify_identity_token
-from callgate.auth.trust import TrustConfig
+from callgate.auth.trust import ANY, TrustConfig
 from callgate.decisions.record import ApprovalRecord
 from callgate.errors import AuthError
 from callgate.records import CallRecord, RunRecord
@@ -112,6 +112,15 @@ def may_reply(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:
         check_grant(trust, caller.name, run.identity)
     except AuthError as exc:
         raise Forbidden(exc.reason) from None
+
+
+def may_relay(caller: Caller, trust: TrustConfig, delegate: str) -> None:
+    """`Forbidden` unless this server's delegate key may sign for the caller (the validator
+    would refuse its decision otherwise: `callgate.auth.tokens.verify_decision`)."""
+    entry = trust.delegates.get(delegate)
+    if entry is None or not (ANY in entry.signs_for or caller.name in entry.signs_for):
+        raise Forbidden(f"this server may not sign for {caller.name}: its delegate "
+                        f"{delegate!r} does not list them in signs_for")
 
 
 def may_decide(caller: Caller, trust: TrustConfig, record: ApprovalRecord) -> None:

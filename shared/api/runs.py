@@ -63,9 +63,10 @@ async def start_run(
     existing = await ctx.client.run(parsed.run_id)
     if existing is not None:
         same = spec_hash(parse_spec(payload), payload.get("identity") or {})
-        if existing.spec_hash != same:
-            raise Problem(409, f"run {parsed.run_id} exists with another spec or identity: "
-                          "submit under a new run id")
+        ours = f"service:{ctx.client.signer().key_id}"
+        if (existing.spec_hash, existing.vouched_by) != (same, ours):
+            raise Problem(409, f"run {parsed.run_id} exists with another spec, identity or "
+                          "submitter: submit under a new run id")
         response.status_code = 200
         return Started(run_id=parsed.run_id, created=False)
     await ctx.client.submit(parsed)

@@ -11,7 +11,14 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from callgate.api.callers import Forbidden, authenticate, may_control, may_read, may_submit
+from callgate.api.callers import (
+    Forbidden,
+    authenticate,
+    may_control,
+    may_read,
+    may_relay,
+    may_submit,
+)
 from callgate.auth.keys import public_key_text
 from callgate.auth.tokens import Signer, sign_access, sign_decision
 from callgate.auth.trust import TrustConfig
@@ -120,3 +127,15 @@ def test_a_submitter_reads_only_runs_its_grants_cover_a_person_reads_any() -> No
     may_read(carol, TRUST, theirs)
     with pytest.raises(Forbidden, match="may not read this run"):
         may_read(service, TRUST, theirs)
+
+
+def test_the_server_relays_only_for_people_its_delegate_may_sign_for() -> None:
+    narrow = TRUST.model_copy(update={"delegates": {
+        "bot": TRUST.delegates["bot"].model_copy(update={"signs_for": ["carol"]})}})
+    carol = authenticate(header(sign_access(signer("carol"))), TRUST, now=time.time())
+    dora = authenticate(header(idp_token()), TRUST, now=time.time())
+    may_relay(carol, narrow, "bot")
+    with pytest.raises(Forbidden, match="may not sign for dora"):
+        may_relay(dora, narrow, "bot")
+    with pytest.raises(Forbidden, match="may not sign for carol"):
+        may_relay(carol, narrow, "nobody")
