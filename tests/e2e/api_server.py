@@ -4,7 +4,9 @@ carol, alice, bob and the operator — not dave — and bearer tokens for anyone
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,29 @@ API_SIGNS_FOR = ["carol", "alice", "bob", "operator"]
 
 
 def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],
-                   env: Mapping[str, str] | None = None) -> Iterator[LocalSystem]:
-    """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``)."""
-    LocalKeyring(home).ensure({}, {"api": API_SIGNS_FOR})
+                   env: Mapping[str, str] | None = None,
+                   issuers: Mapping[str, Any] | None = None) -> Iterator[LocalSystem]:
+    """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``);
+    with ``issuers``, a copy of the session's trust file that trusts them too."""
+    keyring = LocalKeyring(home)
+    keyring.ensure({}, {"api": API_SIGNS_FOR})
+    env = dict(env or {})
+    if issuers:
+        document = json.loads(keyring.trust_file.read_text())
+        copy = home / f"trust-with-issuers-{uuid.uuid4().hex[:8]}.json"
+        copy.write_text(json.dumps({**document, "issuers": dict(issuers)}))
+        env["CALLGATE_TRUST_FILE"] = str(copy)
     for system in deployment(redis_server, services, env):
         start_api(system)
         yield system
+
+
+def idp_token(key: Ed25519PrivateKey, issuer: str, user: str, audience: str = "callgate") -> str:
+    """An identity provider's JWT for ``user`` (its roles claim says admin: it must not count)."""
+    now = int(time.time())
+    claims = {"iss": issuer, "aud": audience, "sub": user, "roles": ["admin"], "iat": now,
+              "exp": now + 300, "jti": uuid.uuid4().hex}
+    return jwt.encode(claims, key, algorithm="EdDSA")
 
 
 def token(system: LocalSystem, name: str, ttl_s: float = 120) -> str:

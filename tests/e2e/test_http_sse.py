@@ -1,6 +1,7 @@
 """The run's events over HTTP: as JSON, and as Server-Sent Events that follow the run live and
 resume from ``Last-Event-ID`` — a client that drops mid-run and comes back gets every event
-exactly once, in order, including those written while it was away."""
+exactly once, in order, including those written while it was away.  Meanwhile the approval is
+given by a person signed in through an identity provider the trust file lists."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from callgate.auth.keys import public_key_text
 from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import api_deployment, auth
+from tests.e2e.api_server import api_deployment, auth, idp_token
 from tests.e2e.people import status, until
 
 pytestmark = pytest.mark.slow
@@ -23,10 +26,16 @@ pytestmark = pytest.mark.slow
 SSE = {"Accept": "text/event-stream"}
 
 
+IDP = "https://idp.example"
+IDP_KEY = Ed25519PrivateKey.generate()
+ISSUERS = {IDP: {"audience": "callgate", "public_keys": [public_key_text(IDP_KEY)],
+                 "algorithms": ["EdDSA"]}}
+
+
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
     yield from api_deployment(redis_server, callgate_home, ("booking",),
-                              {"CALLGATE_API_SSE_BLOCK_MS": "300"})
+                              {"CALLGATE_API_SSE_BLOCK_MS": "300"}, issuers=ISSUERS)
 
 
 @pytest.fixture
@@ -82,11 +91,18 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
         first = await read_events(api, path, auth(system, "carol"),
                                   lambda f: f["event"] == "approval.requested")
         assert first and first[-1]["event"] == "approval.requested"
-        # Dropped mid-run: what happens now is written while nobody listens.
+        # Dropped mid-run: what happens now is written while nobody listens.  carol signs in
+        # through the identity provider: her roles are the trust file's, not the token's.
         call = await client.ledger.get_call(run_id, "t1.0")
         assert call is not None
-        approved = await api.post(f"/approvals/{call.approval_id}/approve",
-                                  headers=auth(system, "carol"))
+        path_approve = f"/approvals/{call.approval_id}/approve"
+        bob = {"Authorization": f"Bearer {idp_token(IDP_KEY, IDP, 'bob')}"}
+        assert (await api.post(path_approve, headers=bob)).status_code == 403
+        mallory = Ed25519PrivateKey.generate()
+        forged = {"Authorization": f"Bearer {idp_token(mallory, IDP, 'carol')}"}
+        assert (await api.post(path_approve, headers=forged)).status_code == 401
+        carol = {"Authorization": f"Bearer {idp_token(IDP_KEY, IDP, 'carol')}"}
+        approved = await api.post(path_approve, headers=carol)
         assert approved.status_code == 200, approved.text
         rest = await read_events(api, path, {**auth(system, "carol"),
                                              "Last-Event-ID": first[-1]["id"]}, lambda f: False)
