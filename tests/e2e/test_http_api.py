@@ -167,12 +167,13 @@ async def test_approve_through_the_api_as_the_person_with_the_role(
     assert record is not None and (record.decided_by, record.signed_by) == ("carol", "api")
 
 
-async def test_a_relayed_decision_is_verified_like_slacks_and_refused_the_same_way(
+async def test_a_relayed_decision_is_verified_like_slacks_and_a_denial_applies(
     system: LocalSystem, api: httpx.AsyncClient, client: CallgateClient
 ) -> None:
     """dave holds no events-lead role, and the api delegate may not speak for him at all: the
     door says 403; a decision forged onto the stream with the api key for him is refused by
-    the validator with the same reason as one forged with the Slack bot's key for bob."""
+    the validator with the same reason as one forged with the Slack bot's key for bob.  carol's
+    denial through the API then applies."""
     run_id = await start(system, api, spec("conf-reserve", ["reserve_seat"]))
     await until(client, run_id, status("paused_approval"))
     call = await client.ledger.get_call(run_id, "t1.0")
@@ -196,6 +197,11 @@ async def test_a_relayed_decision_is_verified_like_slacks_and_refused_the_same_w
     assert (verdicts["slack"].applied, verdicts["slack"].reason) == (False,
                                                                      "slack may not sign for bob")
     assert (await client.view(run_id))["status"] == "paused_approval"
+    denied = await api.post(path.replace("/approve", "/deny"), json={"reason": "not today"},
+                            headers=auth(system, "carol"))
+    assert denied.status_code == 200 and denied.json()["event"] == "approval.denied"
+    view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "denied")
+    assert "not today" in (view["calls"][0]["reason"] or "")
 
 
 async def test_cancel_and_resume_need_the_runs_user_or_an_operator(

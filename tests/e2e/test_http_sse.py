@@ -124,9 +124,21 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
         assert bad.status_code == 422
 
 
-async def test_the_served_openapi_document_is_the_apps(system: LocalSystem) -> None:
+async def test_the_served_openapi_document_and_problems_for_every_mistake(
+    system: LocalSystem
+) -> None:
     async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
         doc = (await api.get("/openapi.json")).json()
         health = await api.get("/healthz")
+        headers = {**auth(system, "local"), "Content-Type": "application/json"}
+        mistakes = {
+            422: await api.post("/runs", content=b"{not json", headers=headers),
+            404: await api.get("/no-such-route", headers=headers),
+            405: await api.delete("/runs", headers=headers),
+        }
     assert doc["info"]["title"] == "callgate HTTP API"
     assert "/runs/{run_id}/events" in doc["paths"] and health.json() == {"ok": True}
+    for status_code, answer in mistakes.items():
+        assert answer.status_code == status_code, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.json()["status"] == status_code and "Traceback" not in answer.text
