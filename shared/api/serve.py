@@ -16,10 +16,6 @@ import socket
 import sys
 from typing import Any
 
-import uvicorn
-
-from callgate.api.app import create_app
-from callgate.api.context import preflight
 from callgate.api.settings import ApiSettings
 from callgate.config import Settings
 from callgate.errors import CallgateError
@@ -30,12 +26,27 @@ def add_command(sub: Any) -> None:
     defaults = ApiSettings()
     serve = sub.add_parser("serve", help="the HTTP API (runs, live events, inbox, actions)")
     serve.add_argument("--host", default=defaults.host, help=f"default {defaults.host}")
-    serve.add_argument("--port", type=int, default=defaults.port,
+    serve.add_argument("--port", type=_port, default=defaults.port,
                        help=f"default {defaults.port}; 0 picks a free port")
     serve.set_defaults(handler=cmd_serve)
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, not {port}")
+    return port
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn  # here, not at the top: every other command would load the web stack
+
+    from callgate.api.app import create_app
+    from callgate.api.context import preflight
+
     sigterm_as_interrupt()
     api = ApiSettings(host=args.host, port=args.port)
     try:
