@@ -1,6 +1,8 @@
 """`callgate serve` beside a whole deployment, for the HTTP API tests: the server runs as its own
 process (started the way `callgate dev` starts it), with a delegate key ``api`` that may sign for
-carol, alice, bob and the operator — not dave — and bearer tokens for anyone in the keyring."""
+carol, alice, bob and the operator — not dave —, an identity provider in the trust file, and
+bearer tokens for anyone in the keyring.  One deployment serves every API test module
+(``api_system`` in conftest.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.auth.deployment import signer_of
 from callgate.auth.keyring import LocalKeyring
+from callgate.auth.keys import public_key_text
 from callgate.auth.tokens import ACCESS_TYPE, sign_access
 from callgate.ops.dev_cli import start_api
 from callgate.ops.embedded_redis import EmbeddedRedis
@@ -23,6 +26,12 @@ from callgate.ops.system import LocalSystem
 from tests.e2e.people import deployment
 
 API_SIGNS_FOR = ["carol", "alice", "bob", "operator"]
+IDP = "https://idp.example"
+IDP_KEY = Ed25519PrivateKey.generate()
+ISSUERS = {IDP: {"audience": "callgate", "public_keys": [public_key_text(IDP_KEY)],
+                 "algorithms": ["EdDSA"]}}
+"""An identity provider the API tests' trust file lists."""
+API_ENV = {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]", "CALLGATE_API_SSE_BLOCK_MS": "300"}
 
 
 def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],

@@ -10,8 +10,7 @@ one for a person the delegate may not speak for is refused the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -23,9 +22,8 @@ from callgate.client import CallgateClient
 from callgate.decisions.claims import approval_claims
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import new_id
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import api_deployment, auth, bad_tokens
+from tests.e2e.api_server import auth, bad_tokens
 from tests.e2e.people import TRAVEL, http, status, until
 
 pytestmark = pytest.mark.slow
@@ -35,9 +33,8 @@ LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
 
 
 @pytest.fixture(scope="module")
-def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
-    env = {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]", "CALLGATE_API_SSE_BLOCK_MS": "300"}
-    yield from api_deployment(redis_server, callgate_home, ("travel", "booking"), env)
+def system(api_system: LocalSystem) -> LocalSystem:
+    return api_system
 
 
 @pytest.fixture

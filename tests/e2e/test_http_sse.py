@@ -5,8 +5,7 @@ given by a person signed in through an identity provider the trust file lists.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -14,33 +13,24 @@ import orjson
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from callgate.auth.keys import public_key_text
 from callgate.client import CallgateClient
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import api_deployment, auth, idp_token
-from tests.e2e.people import status, until
+from tests.e2e.api_server import IDP, IDP_KEY, auth, idp_token
+from tests.e2e.people import connected, status, until
 
 pytestmark = pytest.mark.slow
 
 SSE = {"Accept": "text/event-stream"}
 
 
-IDP = "https://idp.example"
-IDP_KEY = Ed25519PrivateKey.generate()
-ISSUERS = {IDP: {"audience": "callgate", "public_keys": [public_key_text(IDP_KEY)],
-                 "algorithms": ["EdDSA"]}}
-
-
 @pytest.fixture(scope="module")
-def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
-    yield from api_deployment(redis_server, callgate_home, ("booking",),
-                              {"CALLGATE_API_SSE_BLOCK_MS": "300"}, issuers=ISSUERS)
+def system(api_system: LocalSystem) -> LocalSystem:
+    return api_system
 
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    async with CallgateClient(system.settings) as c:
+    async with connected(system, reset=("booking",)) as c:
         yield c
 
 
