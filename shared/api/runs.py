@@ -9,6 +9,7 @@ under a taken id answers 409 and changes nothing.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -21,11 +22,13 @@ from callgate.api.listing import RunFilter, decode_cursor, encode_cursor, page
 from callgate.api.problems import PROBLEM_SCHEMA, Problem
 from callgate.auth.trust import TrustConfig
 from callgate.client import run_view
+from callgate.logs import log_fields
 from callgate.ops.inspect_render import run_row
 from callgate.records import RunRecord
 from callgate.runspec import parse_spec, spec_hash, with_run_id
 from callgate.states import RunState
 
+log = logging.getLogger("callgate.api")
 router = APIRouter(tags=["runs"], responses={code: PROBLEM_SCHEMA for code in (401, 403, 422)})
 
 
@@ -70,6 +73,9 @@ async def start_run(
         response.status_code = 200
         return Started(run_id=parsed.run_id, created=False)
     await ctx.client.submit(parsed)
+    # The run records this server as its voucher (the ingress knows one); who asked is here.
+    log.info("run submitted", extra=log_fields(run_id=parsed.run_id, caller=caller.name,
+                                               via=caller.via))
     return Started(run_id=parsed.run_id, created=True)
 
 
