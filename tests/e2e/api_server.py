@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from callgate.auth.deployment import signer_of
 from callgate.auth.keyring import LocalKeyring
 from callgate.auth.keys import public_key_text
-from callgate.auth.tokens import ACCESS_TYPE, sign_access
+from callgate.auth.tokens import ACCESS_TYPE, Signer, sign_access
 from callgate.ops.dev_cli import start_api
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
@@ -31,21 +31,27 @@ IDP_KEY = Ed25519PrivateKey.generate()
 ISSUERS = {IDP: {"audience": "callgate", "public_keys": [public_key_text(IDP_KEY)],
                  "algorithms": ["EdDSA"]}}
 """An identity provider the API tests' trust file lists."""
+NARROW_KEY = Ed25519PrivateKey.generate()
+NARROW = {"narrow": {"public_key": public_key_text(NARROW_KEY), "users": ["bob"]}}
+"""A submitting service that may vouch for bob only."""
 API_ENV = {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]", "CALLGATE_API_SSE_BLOCK_MS": "300"}
 
 
 def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],
                    env: Mapping[str, str] | None = None,
-                   issuers: Mapping[str, Any] | None = None) -> Iterator[LocalSystem]:
+                   more_trust: Mapping[str, Mapping[str, Any]] | None = None,
+                   ) -> Iterator[LocalSystem]:
     """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``);
-    with ``issuers``, a copy of the session's trust file that trusts them too."""
+    with ``more_trust`` (section → entries), a copy of the session's trust file with them."""
     keyring = LocalKeyring(home)
     keyring.ensure({}, {"api": API_SIGNS_FOR})
     env = dict(env or {})
-    if issuers:
+    if more_trust:
         document = json.loads(keyring.trust_file.read_text())
-        copy = home / f"trust-with-issuers-{uuid.uuid4().hex[:8]}.json"
-        copy.write_text(json.dumps({**document, "issuers": dict(issuers)}))
+        for section, entries in more_trust.items():
+            document[section] = {**document.get(section, {}), **entries}
+        copy = home / f"trust-{uuid.uuid4().hex[:8]}.json"
+        copy.write_text(json.dumps(document))
         env["CALLGATE_TRUST_FILE"] = str(copy)
     for system in deployment(redis_server, services, env):
         start_api(system)
@@ -93,4 +99,6 @@ def bad_tokens(system: LocalSystem, name: str) -> dict[str, dict[str, Any]]:
 
 
 def auth(system: LocalSystem, name: str) -> dict[str, str]:
+    if name == "narrow":
+        return {"Authorization": f"Bearer {sign_access(Signer('narrow', NARROW_KEY))}"}
     return {"Authorization": f"Bearer {token(system, name)}"}

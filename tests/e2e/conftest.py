@@ -14,7 +14,7 @@ import pytest
 from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import API_ENV, ISSUERS, api_deployment
+from tests.e2e.api_server import API_ENV, ISSUERS, NARROW, api_deployment
 from tests.e2e.people import connected, deployment
 
 
@@ -33,4 +33,4 @@ async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
 def api_system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
     """The HTTP API tests' deployment (tests/e2e/api_server.py), started once for them all."""
     yield from api_deployment(redis_server, callgate_home, ("travel", "booking"), API_ENV,
-                              issuers=ISSUERS)
+                              {"issuers": ISSUERS, "submitters": NARROW})

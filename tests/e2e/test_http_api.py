@@ -93,6 +93,8 @@ async def test_submit_is_idempotent_and_refuses_the_wrong_callers(
     await attacked(system, api, "POST", "/runs", body, as_whom="local")
     said = await forbidden(system, api, "/runs", "carol", body)
     assert "submitting service" in said
+    assert "may not vouch for user 'alice'" in await forbidden(system, api, "/runs", "narrow",
+                                                                body)
     run_id = await start(system, api, body)
     await until(client, run_id, status("completed"))
     again = await api.post("/runs", json=body, headers=auth(system, "local"))
@@ -132,6 +134,11 @@ async def test_list_pages_by_cursor_and_view_shows_the_calls(
     bad = await api.get("/runs", params={"status": "nope"}, headers=auth(system, "carol"))
     assert bad.status_code == 422 and "status:" in bad.json()["detail"]
     await attacked(system, api, "GET", f"/runs/{ids[0]}")
+    narrow = await api.get(f"/runs/{ids[0]}", headers=auth(system, "narrow"))
+    assert narrow.status_code == 403 and "may not read this run" in narrow.json()["detail"]
+    hidden = await api.get("/runs", params={"user": user}, headers=auth(system, "narrow"))
+    assert hidden.json()["runs"] == [], "a service lists only the runs its grants cover"
+    assert "api.forbidden" in await event_types(client, ids[0])
     view = (await api.get(f"/runs/{ids[0]}", headers=auth(system, "carol"))).json()
     assert (view["run_id"], view["status"], view["calls"]) == (ids[0], "completed", [])
     missing = await api.get("/runs/run-nope", headers=auth(system, "carol"))
