@@ -36,39 +36,60 @@ router = APIRouter(tags=["actions"], responses={
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class Decide(_Body):
+    """Approve or deny, as the caller."""
+
     reason: str | None = Field(default=None, max_length=2000)
-    args_hash: str | None = Field(default=None, max_length=128,
-                                  description="the argument hash you were shown (default: the "
-                                  "approval's)")
+    """Why; a denial's reason is what the model is told."""
+    args_hash: str | None = Field(default=None, max_length=128)
+    """The argument hash you were shown (GET /inbox); default: the approval's own.  A hash
+    that is not the approval's is refused: the arguments changed."""
 
 
 class Cancel(_Body):
+    """Cancel the run: no model turn starts after it; a write in flight keeps its outcome."""
+
     reason: str | None = Field(default=None, max_length=2000)
 
 
 class Resume(Cancel):
+    """Resume a run paused incomplete or handed off, with the same or a larger budget."""
+
     max_turns: int | None = Field(default=None, ge=1, le=1000)
+    """The new turn budget (default: one more turn than it used)."""
     deadline_s: float | None = Field(default=None, gt=0, le=7 * 24 * 3600)
+    """A new wall-clock deadline, from the moment the resume applies."""
     max_total_tokens: int | None = Field(default=None, ge=1)
+    """The new token budget (usage so far is kept)."""
 
 
 class Resolve(_Body):
+    """A write whose outcome stayed unknown: it was applied, it was not, or ask again."""
+
     outcome: Literal["applied", "not_applied", "recheck"]
     result: dict[str, object] | None = None
+    """With ``applied``: the result the model is told (default: an empty object)."""
     reason: str | None = Field(default=None, max_length=2000)
 
 
 class Reply(_Body):
+    """A follow-up input for a completed run: its next turn, in the same history."""
+
     input: str = Field(min_length=1, max_length=100_000)
     policy: Literal["reject", "enqueue"] = "reject"
+    """While the run is busy: refuse (409), or admit once when it next completes."""
     max_turns: int | None = Field(default=None, ge=1, le=1000)
+    """Raise the run's turn budget (it counts across every input)."""
 
 
 class Verdict(BaseModel):
+    """What the validator did with the decision the server posted."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     applied: bool | None
     """True: applied; None: posted, no verdict yet (look at the run's events)."""
     event: str | None = None
