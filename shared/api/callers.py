@@ -124,10 +124,13 @@ def may_relay(caller: Caller, trust: TrustConfig, delegate: str) -> None:
 
 
 def may_decide(caller: Caller, trust: TrustConfig, record: ApprovalRecord) -> None:
-    """`Forbidden` unless the caller holds the role the approval names."""
+    """`Forbidden` unless the caller holds the role the approval names and did not ask for
+    the call themselves."""
     as_person(caller, trust)
     if record.approver_role not in caller.roles:
         raise Forbidden(f"{caller.name} does not hold the role {record.approver_role}")
+    if caller.name == record.requested_by:
+        raise Forbidden("the requester cannot approve their own request")
 
 
 def may_control(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:

@@ -15,6 +15,7 @@ from callgate.api.callers import (
     Forbidden,
     authenticate,
     may_control,
+    may_decide,
     may_read,
     may_relay,
     may_submit,
@@ -22,6 +23,7 @@ from callgate.api.callers import (
 from callgate.auth.keys import public_key_text
 from callgate.auth.tokens import Signer, sign_access, sign_decision
 from callgate.auth.trust import TrustConfig
+from callgate.decisions.record import ApprovalRecord
 from callgate.errors import AuthError
 from callgate.records import RunRecord
 
@@ -139,3 +141,17 @@ def test_the_server_relays_only_for_people_its_delegate_may_sign_for() -> None:
         may_relay(dora, narrow, "bot")
     with pytest.raises(Forbidden, match="may not sign for carol"):
         may_relay(carol, narrow, "nobody")
+
+
+def test_a_person_decides_only_with_the_role_and_never_their_own_request() -> None:
+    record = ApprovalRecord(approval_id="a1", run_id="r1", turn=1, call_id="t1.0",
+                            tool="reserve_seat", tool_version="1", args_hash="h",
+                            arguments="{}", requested_by="carol", approver_role="events-lead",
+                            expires_ms=0)
+    carol = authenticate(header(sign_access(signer("carol"))), TRUST, now=time.time())
+    dora = authenticate(header(idp_token()), TRUST, now=time.time())
+    with pytest.raises(Forbidden, match="cannot approve their own request"):
+        may_decide(carol, TRUST, record)
+    may_decide(carol, TRUST, record.model_copy(update={"requested_by": "alice"}))
+    with pytest.raises(Forbidden, match="does not hold the role events-lead"):
+        may_decide(dora, TRUST, record)
