@@ -63,7 +63,8 @@ async def start_run(
         may_submit(caller, ctx.trust.current(), payload.get("identity"), parsed.run_id)
     except Forbidden as exc:
         raise await ctx.forbid(None, caller, exc) from None
-    existing = await ctx.client.run(parsed.run_id)
+    minted = spec.get("run_id") is None  # a fresh id names no run yet: nothing to read
+    existing = None if minted else await ctx.client.run(parsed.run_id)
     if existing is not None:
         same = spec_hash(parse_spec(payload), payload.get("identity") or {})
         ours = f"service:{ctx.client.signer().key_id}"
