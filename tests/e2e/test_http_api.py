@@ -119,7 +119,7 @@ async def test_list_pages_by_cursor_and_view_shows_the_calls(
     seen: list[str] = []
     cursor = None
     while True:
-        query: dict[str, Any] = {"user": user, "status": "completed", "limit": 2}
+        query: dict[str, Any] = {"user": user, "limit": 2}
         if cursor is not None:
             query["cursor"] = cursor
         page = (await api.get("/runs", params=query, headers=auth(system, "carol"))).json()
@@ -127,7 +127,15 @@ async def test_list_pages_by_cursor_and_view_shows_the_calls(
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sorted(seen) == sorted(ids) and len(seen) == 3
+        # A run started between two pages is newer than the cursor: it neither shifts the
+        # next page (no run twice) nor shows up in it.
+        later = await start(system, api, spec("final-answer", [], user=user))
+    assert sorted(seen) == sorted(ids) and len(seen) == 3, "each run once, the later one not"
+    await until(client, later, status("completed"))
+    done = await api.get("/runs", params={"user": user, "status": "completed", "limit": 10},
+                         headers=auth(system, "carol"))
+    rows = [row["run_id"] for row in done.json()["runs"]]
+    assert rows[0] == later and sorted(rows[1:]) == sorted(ids), "newest first"
     none = await api.get("/runs", params={"user": user, "status": "failed"},
                          headers=auth(system, "carol"))
     assert none.json() == {"runs": [], "next_cursor": None}
