@@ -23,6 +23,7 @@ from callgate.decisions.claims import approval_claims
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import new_id
 from callgate.ops.system import LocalSystem
+from callgate.ops.trace import wall_clock
 from tests.e2e.api_server import auth, bad_tokens
 from tests.e2e.people import TRAVEL, http, status, until
 
@@ -136,6 +137,14 @@ async def test_list_pages_by_cursor_and_view_shows_the_calls(
                          headers=auth(system, "carol"))
     rows = [row["run_id"] for row in done.json()["runs"]]
     assert rows[0] == later and sorted(rows[1:]) == sorted(ids), "newest first"
+    run = await client.ledger.get_run(later)
+    assert run is not None
+    for query, wanted in (({"until": wall_clock(run.created_ms - 1)}, sorted(ids)),
+                          ({"since": wall_clock(run.created_ms)}, [later]),
+                          ({"tool": "reserve_seat"}, [])):
+        found = await api.get("/runs", params={"user": user, **query},
+                              headers=auth(system, "carol"))
+        assert sorted(row["run_id"] for row in found.json()["runs"]) == wanted, query
     none = await api.get("/runs", params={"user": user, "status": "failed"},
                          headers=auth(system, "carol"))
     assert none.json() == {"runs": [], "next_cursor": None}
