@@ -1,8 +1,7 @@
 """`callgate serve` beside a whole deployment, for the HTTP API tests: the server runs as its own
 process (started the way `callgate dev` starts it), with a delegate key ``api`` that may sign for
 carol, alice, bob and the operator — not dave —, an identity provider in the trust file, and
-bearer tokens for anyone in the keyring.  One deployment serves every API test module
-(``api_system`` in conftest.py)."""
+bearer tokens for anyone in the keyring."""
 
 from __future__ import annotations
 
@@ -35,6 +34,7 @@ NARROW_KEY = Ed25519PrivateKey.generate()
 NARROW = {"narrow": {"public_key": public_key_text(NARROW_KEY), "users": ["bob"]}}
 """A submitting service that may vouch for bob only."""
 API_ENV = {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]", "CALLGATE_API_SSE_BLOCK_MS": "300"}
+MORE_TRUST = {"issuers": ISSUERS, "submitters": NARROW}
 
 
 def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],

@@ -7,14 +7,12 @@ A module that needs another deployment defines its own ``system`` and ``client``
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
 from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import API_ENV, ISSUERS, NARROW, api_deployment
 from tests.e2e.people import connected, deployment
 
 
@@ -28,9 +26,3 @@ async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
     async with connected(system, reset=("booking", "model")) as c:
         yield c
 
-
-@pytest.fixture(scope="session")
-def api_system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
-    """The HTTP API tests' deployment (tests/e2e/api_server.py), started once for them all."""
-    yield from api_deployment(redis_server, callgate_home, ("travel", "booking"), API_ENV,
-                              {"issuers": ISSUERS, "submitters": NARROW})

@@ -10,7 +10,8 @@ one for a person the delegate may not speak for is refused the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,9 +23,10 @@ from callgate.client import CallgateClient
 from callgate.decisions.claims import approval_claims
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import new_id
+from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
 from callgate.ops.trace import wall_clock
-from tests.e2e.api_server import auth, bad_tokens
+from tests.e2e.api_server import API_ENV, MORE_TRUST, api_deployment, auth, bad_tokens
 from tests.e2e.people import TRAVEL, http, status, until
 
 pytestmark = pytest.mark.slow
@@ -34,8 +36,9 @@ LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
 
 
 @pytest.fixture(scope="module")
-def system(api_system: LocalSystem) -> LocalSystem:
-    return api_system
+def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
+    services = ("travel", "booking")
+    yield from api_deployment(redis_server, callgate_home, services, API_ENV, MORE_TRUST)
 
 
 @pytest.fixture

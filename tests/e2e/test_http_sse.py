@@ -5,7 +5,8 @@ given by a person signed in through an identity provider the trust file lists.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +15,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.client import CallgateClient
+from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import IDP, IDP_KEY, auth, idp_token
+from tests.e2e.api_server import API_ENV, IDP, IDP_KEY, MORE_TRUST, api_deployment, auth, idp_token
 from tests.e2e.people import connected, status, until
 
 pytestmark = pytest.mark.slow
@@ -24,8 +26,8 @@ SSE = {"Accept": "text/event-stream"}
 
 
 @pytest.fixture(scope="module")
-def system(api_system: LocalSystem) -> LocalSystem:
-    return api_system
+def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSystem]:
+    yield from api_deployment(redis_server, callgate_home, ("booking",), API_ENV, MORE_TRUST)
 
 
 @pytest.fixture
