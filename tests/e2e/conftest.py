@@ -25,4 +25,3 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
     async with connected(system, reset=("booking", "model")) as c:
         yield c
-
