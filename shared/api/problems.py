@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from callgate.errors import (
@@ -90,7 +91,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_invalid)
-    for kind in (RunSpecError, NotFoundError, ConflictError, RedisUnavailableError, AuthError):
+    for kind in (RunSpecError, NotFoundError, ConflictError, RedisUnavailableError, AuthError,
+                 RedisError):
         app.add_exception_handler(kind, on_known)
     app.add_exception_handler(Exception, on_bug)
 
@@ -105,4 +107,5 @@ def known_status(exc: Exception) -> tuple[int, str]:
         return 409, str(exc)
     if isinstance(exc, AuthError):
         return 403, str(exc)
-    return 503, f"callgate's Redis is unavailable ({exc}); try again shortly"
+    log.warning("redis unavailable", exc_info=exc)
+    return 503, "callgate's Redis is unavailable; try again shortly"
