@@ -41,18 +41,19 @@ def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str,
                    env: Mapping[str, str] | None = None,
                    more_trust: Mapping[str, Mapping[str, Any]] | None = None,
                    ) -> Iterator[LocalSystem]:
-    """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``);
-    with ``more_trust`` (section → entries), a copy of the session's trust file with them."""
+    """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``), on
+    a copy of the session's trust file with ``more_trust`` (section → entries) added."""
     keyring = LocalKeyring(home)
-    keyring.ensure({}, {"api": API_SIGNS_FOR})
-    env = dict(env or {})
-    if more_trust:
-        document = json.loads(keyring.trust_file.read_text())
-        for section, entries in more_trust.items():
-            document[section] = {**document.get(section, {}), **entries}
-        copy = home / f"trust-{uuid.uuid4().hex[:8]}.json"
-        copy.write_text(json.dumps(document))
-        env["CALLGATE_TRUST_FILE"] = str(copy)
+    keyring.ensure({}, {"api": API_SIGNS_FOR})  # makes the key; the entry is set below
+    document = json.loads(keyring.trust_file.read_text())
+    # Whoever made the session keyring's `api` entry first (a benchmark, another module), this
+    # deployment's trust says exactly whom it signs for.
+    api = {"public_key": public_key_text(keyring.signer("api").key), "signs_for": API_SIGNS_FOR}
+    for section, entries in {**(more_trust or {}), "delegates": {"api": api}}.items():
+        document[section] = {**document.get(section, {}), **entries}
+    copy = home / f"trust-{uuid.uuid4().hex[:8]}.json"
+    copy.write_text(json.dumps(document))
+    env = {**(env or {}), "CALLGATE_TRUST_FILE": str(copy)}
     for system in deployment(redis_server, services, env):
         start_api(system)
         yield system
