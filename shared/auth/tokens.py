@@ -34,8 +34,14 @@ MAX_LIFETIME_S = 86_400.0
 DEFAULT_TTL_S = 300.0
 SUBMISSION_TYPE = "callgate.submission"
 DECISION_TYPE = "callgate.decision"
+ACCESS_TYPE = "callgate.access"
+ACCESS_TTL_S = 900.0
+"""How long `callgate keys token` makes a bearer token live by default."""
+ACCESS_MAX_LIFETIME_S = 3600.0
+"""The longest a bearer token signed with one's own key may live: a lifted one dies soon."""
 _SUBMISSION_CLAIMS = ("sub", "run", "spec", "typ", "iat", "exp", "jti")
 _DECISION_CLAIMS = ("sub", "act", "run", "iat", "exp", "jti", "typ")
+_ACCESS_CLAIMS = ("sub", "typ", "iat", "exp", "jti")
 _CLOCK_CHECKED_HERE = {"verify_exp": False, "verify_iat": False, "verify_nbf": False}
 
 
@@ -173,6 +179,29 @@ def verify_decision(token: str, trust: TrustConfig, *, now: float) -> VerifiedDe
     person = claims["sub"]
     _check_signs_for(trust, kid, person)
     return VerifiedDecision(signer=kid, person=person, roles=trust.roles_of(person), claims=claims)
+
+
+def sign_access(signer: Signer, ttl_s: float = ACCESS_TTL_S) -> str:
+    """A bearer token for the HTTP API: who holds ``signer``'s key, for ``ttl_s`` seconds."""
+    if ttl_s > ACCESS_MAX_LIFETIME_S:
+        raise ValueError(f"a bearer token lives at most {ACCESS_MAX_LIFETIME_S:.0f} s")
+    return sign(signer, {"sub": signer.key_id, "typ": ACCESS_TYPE}, ttl_s)
+
+
+def verify_access(token: str, trust: TrustConfig, *, now: float) -> str:
+    """The submitter or person whose own key signed this bearer token; else `AuthError`.
+    A delegate's key is refused: it speaks for people only inside a signed decision."""
+    kid = _key_id(token)
+    if kid not in trust.submitters and kid not in trust.people:
+        raise AuthError(_not_a("submitter or person", kid, trust))
+    if trust.public_key_of(kid) is None:
+        raise AuthError(f"{kid} has no key of their own in the trust file")
+    claims = _verified_claims(token, [_own_key(trust, kid)], required=_ACCESS_CLAIMS, now=now,
+                              max_lifetime_s=ACCESS_MAX_LIFETIME_S)
+    _expect_shape(claims, ("sub", "jti", "typ"), ACCESS_TYPE)
+    if claims["sub"] != kid:
+        raise AuthError(f"{kid} may not speak as {claims['sub']}")
+    return kid
 
 
 def issuer_of(token: str) -> str | None:

@@ -158,7 +158,7 @@ async def _reply(send: Any, status: int, body: bytes, content_type: str) -> None
     await send({"type": "http.response.body", "body": body})
 
 
-def metrics_route(settings: Settings) -> Route:
-    """``Route("/metrics", …)`` for the HTTP API's Starlette app (its endpoint, a `MetricsApp`,
-    holds a Redis client: ``await route.endpoint.aclose()`` on shutdown)."""
-    return Route("/metrics", MetricsApp(settings), methods=["GET", "HEAD"])
+def metrics_route(endpoint: MetricsApp) -> Route:
+    """``Route("/metrics", endpoint)`` for the HTTP API's Starlette app (the endpoint holds a
+    Redis client: ``await endpoint.aclose()`` on shutdown)."""
+    return Route("/metrics", endpoint, methods=["GET", "HEAD"])

@@ -28,6 +28,8 @@ LOGINS = ("workers", "submitters", "approvers", "slack")
 """The Redis users of deploy/redis/users.acl (tenants add ``submitters_T``, ``approvers_T``)."""
 SLACK = "slack"
 """The Slack bot's key id (`callgate.slack.settings.SlackSettings.key_id`'s default)."""
+API = "api"
+"""The HTTP API's delegate key id (`callgate.api.settings.ApiSettings.delegate`'s default)."""
 KEY_PREFIX = "cg"
 """The key prefix users.acl is written for."""
 _TENANT = re.compile(TENANT_PATTERN)
@@ -75,11 +77,13 @@ def _tenants(entries: Sequence[Entry]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def build(entries: Sequence[Entry], slack: bool) -> Bundle:
-    """The bundle for ``entries`` (and the Slack delegate); ValueError says what is wrong."""
+def build(entries: Sequence[Entry], slack: bool, api: bool = False) -> Bundle:
+    """The bundle for ``entries`` (and the Slack and HTTP API delegates); ValueError says what
+    is wrong."""
     if not any(entry.kind == "submitter" for entry in entries):
         raise ValueError("name at least one submitting service: --service NAME [--grant ROLE]")
-    names = [entry.name for entry in entries] + ([SLACK] if slack else [])
+    delegates = [name for name, wanted in ((SLACK, slack), (API, api)) if wanted]
+    names = [entry.name for entry in entries] + delegates
     if len(set(names)) != len(names):
         raise ValueError(
             f"each name once: {', '.join(sorted({n for n in names if names.count(n) > 1}))}"
@@ -98,9 +102,9 @@ def build(entries: Sequence[Entry], slack: bool) -> Bundle:
         trust[SECTIONS[entry.kind]][entry.name] = make_entry(
             entry.kind, public_key_text(keys[entry.name]), fields
         )
-    if slack:
-        trust["delegates"][SLACK] = make_entry(
-            "delegate", public_key_text(keys[SLACK]), {"signs_for": people or [ANY]}
+    for name in delegates:
+        trust["delegates"][name] = make_entry(
+            "delegate", public_key_text(keys[name]), {"signs_for": people or [ANY]}
         )
     try:
         trust_from_document(trust, path=Path("trust.json"))

@@ -1,17 +1,17 @@
 """`callgate deploy init DIR`: a deployment's trust file, keys and Redis passwords in one step.
 
     callgate deploy init DIR --service NAME [--grant ROLE ...] [--attribute KEY=VALUE ...] ...
-                             [--person NAME [--role ROLE ...]] ... [--slack]
+                             [--person NAME [--role ROLE ...]] ... [--slack] [--api]
                              [--redis HOST:PORT] [--tools MODULE,...] [--force]
 
 Each ``--grant``/``--attribute`` belongs to the ``--service`` before it, each ``--role`` to the
 ``--person`` before it.  Writes ``DIR/trust.json`` (submitters with their grants and
-attributes, people with their roles, and with ``--slack`` the delegate ``slack`` signing for
-every person), each private key in ``DIR/secrets/NAME.pem`` (0600, folder 0700, never
-printed) and ``DIR/.env`` (0600: the Redis users' passwords in hex, each login's URL, where the
-bundle is, the tool modules; `callgate.ops.deploy_bundle`), then prints the next steps (README:
-Deploy).  A bundle already in DIR is replaced only with ``--force`` (new keys and passwords:
-every copy of the old ones stops working).
+attributes, people with their roles, and with ``--slack`` / ``--api`` the delegate ``slack``
+/ ``api`` signing for every person), each private key in ``DIR/secrets/NAME.pem`` (0600,
+folder 0700, never printed) and ``DIR/.env`` (0600: the Redis users' passwords in hex, each
+login's URL, where the bundle is, the tool modules; `callgate.ops.deploy_bundle`), then prints
+the next steps (README: Deploy).  A bundle already in DIR is replaced only with ``--force``
+(new keys and passwords: every copy of the old ones stops working).
 
 Exit codes: 0 written; 1 could not write; 2 usage; 3 DIR holds a bundle already.
 """
@@ -132,7 +132,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     directory = Path(args.dir).expanduser().resolve()
     tools = [m.strip() for m in args.tools.split(",") if m.strip()]
     try:
-        bundle = build(entries, args.slack)
+        bundle = build(entries, args.slack, args.api)
     except ValueError as exc:
         raise DeployError(exits.one_line(str(exc)), exits.USAGE) from None
     submitter = next(entry.name for entry in entries if entry.kind == "submitter")
@@ -176,6 +176,11 @@ def add_command(sub: Any) -> None:
         "--slack",
         action="store_true",
         help="the Slack bot's delegate key, signing for every person",
+    )
+    init.add_argument(
+        "--api",
+        action="store_true",
+        help="the HTTP API's delegate key (`callgate serve`), signing for every person",
     )
     init.add_argument(
         "--redis",

@@ -1,17 +1,20 @@
 """`callgate dev`: a whole local deployment in one command, findable from any other terminal.
 
     callgate dev [--tools m1,m2] [--mcp FILE] [--webhooks FILE] [--scenarios DIR] [--slack]
+                 [--api-port PORT]
                  [--log-format auto|pretty|json]
 
 Starts what `callgate demo` starts and keeps it running (`LocalSystem`): Redis (REDIS_URL if
 it answers, else an embedded one), every worker (the webhooks worker too, posting to
 ``--webhooks``'s endpoints), the scripted model server unless a provider
 key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with dummy keys), the
-demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL) and, with ``--slack``, the fake Slack
-with the approvals bot.  Then it writes ``HOME/dev.json`` (0600: the Redis URL may carry a
-password, which is never printed) with its pid, so `Settings` in another terminal joins this
-deployment with nothing exported; the file goes when dev stops.  `callgate up` writes the same
-file: an embedded Redis has a generated password, which only this file and the children hold.
+demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL), the HTTP API (`callgate serve` on
+``--api-port``, signing decisions with the keyring's delegate key ``api``) and, with
+``--slack``, the fake Slack with the approvals bot.  Then it writes ``HOME/dev.json`` (0600:
+the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in
+another terminal joins this deployment with nothing exported; the file goes when dev stops.
+`callgate up` writes the same file: an embedded Redis has a generated password, which only this
+file and the children hold.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +63,8 @@ def add_command(sub: Any) -> None:
     dev.add_argument("--slack", action="store_true",
                      help="also the fake Slack and the approvals bot")
     dev.add_argument("--webhooks", type=webhooks_file, metavar="FILE", help=WEBHOOKS_HELP)
+    dev.add_argument("--api-port", type=int, default=8080, metavar="PORT",
+                     help="the HTTP API's port (`callgate serve`; default 8080, 0: a free one)")
     dev.add_argument("--log-format", choices=("auto", "pretty", "json"), default="auto",
                      help="auto: readable on a terminal, JSON lines otherwise")
     dev.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
@@ -120,7 +126,7 @@ def dev_spec(args: argparse.Namespace) -> SystemSpec:
         scenarios=() if args.scenarios is None else (args.scenarios.resolve(),),
         env=worker_env(args.mcp, args.webhooks),
         replicas={"webhooks": 1},
-        delegates={"slack": ["carol"]} if args.slack else {},
+        delegates={"api": ["*"], **({"slack": ["carol"]} if args.slack else {})},
         grace_s=args.grace,
     )
 
@@ -173,6 +179,7 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
            console: Console | None, say: Callable[[str], None]) -> int:
     try:
         system.start()
+        start_api(system, args.api_port)
         if args.slack:
             start_slack(system)
     except START_ERRORS as exc:
@@ -182,6 +189,26 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
     signum = wait_for_stop_signal()
     say(f"signal {signum}: stopping")
     return 0
+
+
+def start_api(system: LocalSystem, port: int = 0) -> str:
+    """The HTTP API (`callgate serve`) on loopback, its decisions signed with the keyring's
+    delegate key ``api``; its URL.  A port already taken (another dev, another server) gives
+    way to a free one, which the banner shows."""
+    if port and not _port_free(port):
+        system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
+        port = 0
+    argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
+    return system.start_listener("api", argv)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def start_slack(system: LocalSystem) -> None:

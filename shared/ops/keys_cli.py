@@ -4,6 +4,11 @@
     callgate keys new NAME --submitter [--grant ROLE ...] [--attribute KEY=VALUE ...]
     callgate keys new NAME --delegate --signs-for PERSON [--signs-for PERSON ...]
     callgate keys list [--json]
+    callgate keys token NAME [--ttl SECONDS]
+
+`token` prints a short-lived bearer token for the HTTP API (`callgate serve`), signed with
+NAME's key here: the API takes it for NAME as the trust file lists them (a submitter or a
+person), never for more.
 
 The key lives in the local keyring (``$CALLGATE_HOME/keys/NAME.pem``, default ``~/.callgate``,
 mode 0600).  A key counts only once the deployment lists its public key for NAME in the trust
@@ -30,6 +35,7 @@ from typing import Any
 from callgate.auth.entries import SECTIONS, Kind, entry_line, make_entry, parse_attributes
 from callgate.auth.keyring import LocalKeyring, default_home
 from callgate.auth.keys import new_private_key, public_key_text, read_private_key
+from callgate.auth.tokens import ACCESS_MAX_LIFETIME_S, ACCESS_TTL_S, sign_access
 from callgate.errors import KeyFileError
 
 EXIT_FAILED = 1
@@ -136,6 +142,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    """One bearer token on stdout, for ``Authorization: Bearer …``."""
+    if not 0 < args.ttl <= ACCESS_MAX_LIFETIME_S:
+        raise KeysCommandError(f"--ttl must be in (0, {ACCESS_MAX_LIFETIME_S:.0f}] seconds",
+                               EXIT_USAGE)
+    try:
+        signer = LocalKeyring(default_home()).signer(args.name)
+    except ValueError as exc:
+        raise KeysCommandError(str(exc), EXIT_USAGE) from None
+    print(sign_access(signer, args.ttl))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one `keys` subcommand; every failure is one line and a documented exit code."""
     try:
@@ -157,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
 def add_command(sub: Any) -> None:
     keys = sub.add_parser("keys", help="make and list signing keys in the local keyring")
     keys.set_defaults(handler=run)
-    actions = keys.add_subparsers(dest="keys_command", metavar="{new,list}", required=True)
+    actions = keys.add_subparsers(dest="keys_command", metavar="{new,list,token}", required=True)
     new = actions.add_parser("new", help="make NAME's key pair and print what to register")
     new.add_argument("name", help="its key id in the trust file (a person's or service's name)")
     kind = new.add_mutually_exclusive_group()
@@ -180,3 +199,9 @@ def add_command(sub: Any) -> None:
     listing = actions.add_parser("list", help="names and public keys (never private keys)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(keys_handler=cmd_list)
+    token = actions.add_parser("token", help="a short-lived bearer token for the HTTP API")
+    token.add_argument("name", help="whose key signs it (a submitter or a person)")
+    token.add_argument("--ttl", type=float, default=ACCESS_TTL_S,
+                       help=f"seconds it lives (default {ACCESS_TTL_S:.0f}, "
+                            f"at most {ACCESS_MAX_LIFETIME_S:.0f})")
+    token.set_defaults(keys_handler=cmd_token)

@@ -87,7 +87,7 @@ def test_readme_run_finds_the_dev_deployment_with_nothing_exported(
     state = orjson.loads((home / "dev.json").read_bytes())
     assert (home / "dev.json").stat().st_mode & 0o077 == 0, "the URL may carry a password"
     assert state["redis_url"] == redis_server.url and state["key_prefix"].startswith("dev")
-    assert {"model", "travel", "booking"} <= set(state["urls"])
+    assert {"model", "travel", "booking", "api"} <= set(state["urls"])
     assert state["env"]["OPENAI_BASE_URL"] == state["urls"]["model"] + "/v1"
 
     for command in readme_run_commands():

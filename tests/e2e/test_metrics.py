@@ -39,8 +39,8 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 
 @contextlib.asynccontextmanager
 async def served(settings: Settings) -> AsyncIterator[str]:
-    route = metrics_route(settings)
-    assert isinstance(route.endpoint, MetricsApp)
+    endpoint = MetricsApp(settings)
+    route = metrics_route(endpoint)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(Starlette(routes=[route]), host="127.0.0.1",
                                            port=port, lifespan="off", log_level="warning"))
@@ -52,7 +52,7 @@ async def served(settings: Settings) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
-        await route.endpoint.aclose()
+        await endpoint.aclose()
 
 
 async def scrape(url: str) -> Samples:

@@ -76,6 +76,10 @@ def test_every_procfile_process_is_a_compose_service_with_the_same_variables_and
     assert submit["REDIS_URL"].startswith("redis://submitters:")  # type: ignore[union-attr]
     assert submit["CALLGATE_SIGNING_KEY"] == "/run/secrets/callgate_submitter_key"
     assert "callgate_submitter_key" in services["submit"]["secrets"]
+    api = _environment(services["api"])
+    assert (api["CALLGATE_SIGNING_KEY"], api["CALLGATE_API_DELEGATE_KEY"]) == (
+        "/run/secrets/callgate_submitter_key", "/run/secrets/callgate_api_key")  # fmt: skip
+    assert secrets["callgate_api_key"]["file"].endswith("}/secrets/api.pem")
 
 
 def _deploy_init(tmp_path: Path, *args: str) -> tuple[int, Path]:
@@ -197,3 +201,12 @@ def test_keys_new_prints_each_kinds_trust_entry(
         code, out, err = _keys_new(capsys, *wrong)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (wrong, err)
     assert not (tmp_path / "keys" / "dora.pem").exists()
+
+
+def test_deploy_init_api_adds_the_http_apis_delegate_key(tmp_path: Path) -> None:
+    code, directory = _deploy_init(tmp_path, "--service", "frontdesk", "--person", "carol",
+                                   "--role", "events-lead", "--api")
+    assert code == 0
+    trust = load_trust(directory / "trust.json")
+    assert trust.delegates["api"].signs_for == ["carol"]
+    assert stat.S_IMODE((directory / "secrets" / "api.pem").stat().st_mode) == 0o600

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from callgate.auth.keys import read_private_key
-from callgate.auth.tokens import Signer, sign_decision, verify_decision
+from callgate.auth.tokens import Signer, sign_decision, verify_access, verify_decision
 from callgate.auth.trust import Person, TrustConfig
+from callgate.errors import AuthError
 from callgate.ops.cli import main
 
 
@@ -112,3 +113,21 @@ def test_unwritable_home_is_one_line(
     monkeypatch.setenv("CALLGATE_HOME", str(blocker))
     code, _, err = _new(capsys, "dave")
     assert code == 1 and len(err.strip().splitlines()) == 1 and "CALLGATE_HOME" in err
+
+
+def test_token_prints_a_short_lived_bearer_the_api_takes_for_that_person_only(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _new(capsys, "erin", "--role", "operator")
+    assert code == 0, err
+    public_key = out.splitlines()[0]
+    trust = TrustConfig(people={"erin": Person(roles=["operator"], public_key=public_key)})
+    assert main(["keys", "token", "erin", "--ttl", "60"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert verify_access(token, trust, now=time.time()) == "erin"
+    with pytest.raises(AuthError, match="expired"):
+        verify_access(token, trust, now=time.time() + 3600)
+    assert main(["keys", "token", "erin", "--ttl", "86400"]) == 2
+    assert "--ttl must be in" in capsys.readouterr().err
+    assert main(["keys", "token", "nobody"]) == 1
+    assert "callgate keys new nobody" in capsys.readouterr().err

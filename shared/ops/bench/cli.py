@@ -1,7 +1,7 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
-                               throughput-tracing|executors|scale-out|recovery|memory|mcp …]
+                               throughput-tracing|executors|scale-out|recovery|memory|mcp|http …]
                    [--runs N]
                    [--json] [--smoke]
 
@@ -26,6 +26,7 @@ from callgate.envelopes import new_id
 from callgate.keys import Keys
 from callgate.ops.bench import (
     executors,
+    http_api,
     latency,
     mcp_read,
     memory,
@@ -42,7 +43,7 @@ from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
 SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "scale-out", "recovery", "memory",
-             "mcp")
+             "mcp", "http")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -121,6 +122,9 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             summary["scale-out"] = await scaleout.measure(redis_url, opts.exec_calls, progress)
         if "mcp" in chosen:
             summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
+        if "http" in chosen:
+            summary["http"] = await http_api.measure(redis_url, opts.api, opts.runs,
+                                                     progress)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
         await delete_prefix(redis, prefix)

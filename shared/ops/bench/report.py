@@ -177,6 +177,10 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("mcp", "stdio_p99_ms", "  the same read through MCP over stdio, p99 (ms)"),
     ("mcp", "http_p50_ms", "  the same read through MCP over HTTP, p50 (ms)"),
     ("mcp", "http_p99_ms", "  the same read through MCP over HTTP, p99 (ms)"),
+    ("http", "arq_runs_per_s", "runs submitted/s, arq (CallgateClient)"),
+    ("http", "api_runs_per_s", "runs submitted/s, POST /runs"),
+    ("http", "sse_p50_ms", "SSE event, commit to client p50 (ms)"),
+    ("http", "sse_p99_ms", "SSE event, commit to client p99 (ms)"),
 )
 
 

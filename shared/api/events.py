@@ -1,0 +1,103 @@
+"""`GET /runs/{run_id}/events`: the run's trace, as JSON or as Server-Sent Events.
+
+The trace is the run's event stream in Redis, so a stream entry id is each event's SSE ``id``.
+With ``Accept: text/event-stream`` the answer follows the run live (XREAD BLOCK from the last id
+sent) and a reconnecting client's ``Last-Event-ID`` resumes right after the last event it got:
+every event arrives once, in order, however often the connection drops.  The stream ends (an
+``end`` event) once the run has ended and every event is sent; a quiet run gets a keep-alive
+comment every ``sse_block_ms``.  Events are redacted as `callgate trace --json` shows them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from callgate.api.context import ApiContext, Ctx, Who
+from callgate.api.problems import PROBLEM_SCHEMA, Problem
+from callgate.ledger.reads import redis_errors
+from callgate.ops.trace import as_json
+from callgate.records import Event
+from callgate.states import RUN_TERMINAL
+
+router = APIRouter(tags=["events"], responses={code: PROBLEM_SCHEMA for code in (401, 404)})
+
+SSE_MEDIA_TYPE = "text/event-stream"
+ENTRY_ID = re.compile(r"^\d+-\d+$")
+READ_COUNT = 100
+LINGER_MS = 1000
+"""How long a stream stays open, quiet, after its run ended."""
+
+
+def sse_frame(event: dict[str, Any]) -> bytes:
+    """One event as an SSE frame: its stream id, its type, its JSON."""
+    data = orjson.dumps(event).decode()
+    return f"id: {event['id']}\nevent: {event['type']}\ndata: {data}\n\n".encode()
+
+
+def _start_id(last_event_id: str | None, after: str | None) -> str:
+    start = last_event_id or after or "0-0"
+    if not ENTRY_ID.match(start):
+        raise Problem(422, "Last-Event-ID / after: use an event id this API sent (e.g. 1700-0)")
+    return start
+
+
+@router.get("/runs/{run_id}/events", responses={
+    200: {"description": "the trace as JSON, or as text/event-stream when asked",
+          "content": {"application/json": {}, SSE_MEDIA_TYPE: {}}}})
+async def run_events(
+    ctx: Ctx, caller: Who, request: Request, run_id: str,
+    after: Annotated[str | None, Query(description="only events after this event id")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+) -> Any:
+    """The run's events; live SSE with ``Accept: text/event-stream``."""
+    start = _start_id(last_event_id, after)
+    await ctx.readable_run(run_id, caller)
+    if SSE_MEDIA_TYPE in request.headers.get("accept", ""):
+        return StreamingResponse(follow(ctx, run_id, start), media_type=SSE_MEDIA_TYPE,
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+    events = [e for e in await ctx.client.events(run_id) if _newer(e.id, start)]
+    return {"run_id": run_id, "events": as_json(events)}
+
+
+def _newer(entry_id: str, than: str) -> bool:
+    ms, _, seq = entry_id.partition("-")
+    than_ms, _, than_seq = than.partition("-")
+    return (int(ms), int(seq)) > (int(than_ms), int(than_seq))
+
+
+async def follow(ctx: ApiContext, run_id: str, start: str) -> AsyncIterator[bytes]:
+    """Every event after ``start``, live, until the run has ended and a quiet `LINGER_MS`
+    passed (a write in flight at a cancel still settles after the run ended)."""
+    cursor = start
+    ended = False
+    yield b"retry: 1000\n\n"
+    while True:
+        block_ms = LINGER_MS if ended else ctx.api.sse_block_ms
+        events = await _read(ctx, run_id, cursor, block_ms)
+        for event in events:
+            cursor = event["id"]
+            yield sse_frame(event)
+        if not events and ended:
+            yield f"event: end\ndata: {orjson.dumps({'run_id': run_id}).decode()}\n\n".encode()
+            return
+        run = await ctx.client.run(run_id)
+        ended = run is None or run.status in RUN_TERMINAL
+        if not events and not ended:
+            yield b": keep-alive\n\n"
+
+
+async def _read(ctx: ApiContext, run_id: str, cursor: str, block_ms: int) -> list[dict[str, Any]]:
+    """The run's events after ``cursor``, waiting up to ``block_ms`` for the first."""
+    stream = ctx.client.keys.events(run_id)
+    with redis_errors():
+        reply = await ctx.client.redis.xread({stream: cursor}, count=READ_COUNT, block=block_ms)
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = [
+        entry for _, batch in reply or [] for entry in batch]
+    return as_json(Event.from_entry(entry_id, fields) for entry_id, fields in entries)
