@@ -73,7 +73,11 @@ class ControlSteps(ResolveSteps):
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
 
     async def _keep(self, tx: Tx, run: RunRecord) -> None:
-        """Stop the expiry an ended run's keys were given: it lives on."""
+        """Stop the expiry an ended run's keys were given: it lives on; and have the webhooks
+        worker follow it again (it stops following a run some time after it ended), so its
+        next end is announced too.  Once per person's or service's action, never per call."""
+        watch = self.keys.webhooks(self.keys.partition(run.run_id), "watch")
+        tx.zadd(watch, {run.run_id: 0}, nx=True)
         calls = await self.run_calls(run.run_id, run.turn)
         approvals = [c.approval_id for c in calls if c.approval_id is not None]
         for key in self.run_keys(run.run_id, [c.call_id for c in calls], run.turn, approvals):

@@ -247,11 +247,12 @@ class Tx:
         self.ops += 1
         return self
 
-    def zadd(self, key: str, mapping: Mapping[str, float]) -> Tx:
+    def zadd(self, key: str, mapping: Mapping[str, float], *, nx: bool = False) -> Tx:
+        """With ``nx`` a member already there keeps its score (``ZADD NX``)."""
         flat: list[str] = []
         for member, score in mapping.items():
             flat += [_arg(float(score)), member]
-        return self._op("zadd", key, flat, step=2)
+        return self._op("zaddnx" if nx else "zadd", key, flat, step=2)
 
     def zrem(self, key: str, *members: Value) -> Tx:
         return self._op("zrem", key, [_arg(m) for m in members])

@@ -25,8 +25,11 @@ from arq import Retry
 from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.keys import Keys
+from callgate.ledger.store import Ledger
 from callgate.ops.embedded_redis import free_port
 from callgate.ops.inspect_render import dead_letter_row
+from callgate.records import RunRecord
+from callgate.states import RunState
 from callgate.streams.follow import Follower
 from callgate.streams.outbound import Outbound
 from callgate.webhooks.deliver import Courier, job_of
@@ -34,6 +37,7 @@ from callgate.webhooks.events import WebhookEvent
 from callgate.webhooks.follow import ENDED_GRACE_MS, Feed, delivery_id
 from callgate.webhooks.settings import Endpoint, WebhookSettings
 from callgate.webhooks.signing import SIGNATURE_HEADER, verify
+from tests.seed import seed
 
 SECRET = "s" * 32
 EVERYTHING = Endpoint(name="all", url="http://127.0.0.1:1/x", secret=SECRET)
@@ -144,6 +148,36 @@ async def test_an_ended_run_leaves_the_watch_and_comes_back_when_it_waits_again(
     before = len(sent.sent)
     assert await follower.run_pass() == 1
     assert sent.sent[before][0] == "all" and sent.sent[before][1].startswith("r1/")
+
+
+async def test_a_run_that_takes_a_reply_after_it_ended_is_followed_to_its_next_end(
+    redis: aioredis.Redis, keys: Keys, settings: Settings
+) -> None:
+    """The reply step (like a resume) puts the run back on the watch in the same atomic step,
+    so its second end is announced: nothing else says an ended run came back."""
+    sent, watch = Recorder(), keys.webhooks(0, "watch")
+    ledger = Ledger(redis, keys, settings)
+    run = RunRecord(run_id="r3", status=RunState.COMPLETED, api="openai-responses", model="m",
+                    input="hi", turn=1)
+    await seed(ledger, run)
+    ended_ms = now_ms() - 2 * ENDED_GRACE_MS
+    await redis.zadd(keys.runs_index(0), {"r3": ended_ms - 1000})
+    await redis.xadd(keys.events("r3"), {"t": ended_ms, "type": "run.transition",
+                                         "d": orjson.dumps({"to": "completed", "from": ["x"]})},
+                     id=f"{ended_ms}-0")
+    follower = feed(redis, keys, sent)
+    await follower.run_pass()
+    await follower.run_pass()
+    assert await redis.zscore(watch, "r3") is None, "ended a while ago: no longer followed"
+
+    reply = await ledger.continue_run(run, [b'{"role": "user", "content": "and?"}'],
+                                      reply_id="q2", sender="svc", max_turns=5)
+    assert (await ledger.apply(reply)).ok
+    assert await redis.zscore(watch, "r3") is not None, "the reply put it back on the watch"
+    await log(redis, keys, "r3", "run.transition", to="completed", **{"from": ["awaiting_model"]})
+    before = len(sent.sent)
+    await follower.run_pass()
+    assert ("ends", sent.sent[-1][1]) in sent.sent[before:], "its second end is announced"
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ end
 -- Phase 1c: op targets and arguments.
 local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
                xaddcap = 'stream', xack = 'stream', persist = false,
-               zadd = 'zset', zrem = 'zset', expire = false}
+               zadd = 'zset', zaddnx = 'zset', zrem = 'zset', expire = false}
 local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)},
                      -- for the keys an HINCRBY checks
 local MAX_INT = 9.2e18
@@ -129,7 +129,7 @@ local function check_op(ki, key, code, s, n)
     if sum > MAX_INT or sum < -MAX_INT then return 'increment would overflow' end
     fields[ki] = fields[ki] or {}
     fields[ki][argv[s]] = sum
-  elseif code == 'zadd' then
+  elseif code == 'zadd' or code == 'zaddnx' then
     for j = s, s + n - 1, 2 do
       if tonumber(argv[j]) == nil then return 'score is not a number' end
     end
@@ -156,6 +156,8 @@ for i = first_op, #entries do
     ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
   elseif code == 'xaddcap' then
     ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*', unpack(argv, s + 1, s + n - 1))
+  elseif code == 'zaddnx' then
+    redis.call('ZADD', key, 'NX', unpack(argv, s, s + n - 1))
   else
     redis.call(code, key, unpack(argv, s, s + n - 1))
   end

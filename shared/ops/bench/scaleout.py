@@ -31,11 +31,12 @@ async def measure(redis_url: str, calls: int, progress: Progress) -> dict[str, A
         await deployment.wait_serving("executor")
         running = 1
         for count in COUNTS:
-            while running < count:
-                running += 1
-                name = f"executor-{running}"
+            names = [f"executor-{n}" for n in range(running + 1, count + 1)]
+            for name in names:  # started together, then waited for: imports overlap
                 deployment.add_worker("executor", name)
+            for name in names:
                 await deployment.wait_serving(name)
+            running = count
             await batch(deployment, min(calls, 200))  # warm the new processes up
             progress(f"scale-out: {count} executors, {calls} calls of 50 ms")
             curve[str(count)] = await _point(deployment, calls)
