@@ -188,13 +188,7 @@ async def reply(ctx: Ctx, caller: Who, response: Response, run_id: str,
                 body: Reply) -> dict[str, object]:
     """Send a completed run a follow-up input (a submitting service that may act for its
     identity); 200 admitted, 409 refused, 202 no verdict yet."""
-    run = await ctx.client.run(run_id)
-    if run is None:
-        raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
-    try:
-        may_reply(caller, ctx.trust.current(), run)
-    except Forbidden as exc:
-        raise await ctx.forbid(run_id, caller, exc) from None
+    await ctx.readable_run(run_id, caller, may_reply)
     reply_id = await ctx.client.reply(run_id, body.input, policy=body.policy,
                                       max_turns=body.max_turns)
     try:

@@ -15,6 +15,7 @@ verifies every decision.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -91,6 +92,10 @@ def may_submit(caller: Caller, trust: TrustConfig, identity: Any, run_id: str) -
         check_tenant_named(trust, caller.name, identity)
     except AuthError as exc:
         raise Forbidden(exc.reason) from None
+
+
+RunCheck = Callable[[Caller, TrustConfig, RunRecord], None]
+"""`may_read`, `may_reply`: raise `Forbidden` unless the caller may."""
 
 
 def may_read(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:

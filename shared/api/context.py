@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from callgate.api.callers import Caller, Forbidden, authenticate, may_read
+from callgate.api.callers import Caller, Forbidden, RunCheck, authenticate, may_read
 from callgate.api.problems import Problem
 from callgate.api.settings import ApiSettings
 from callgate.auth.deployment import TrustSource, signer_of
@@ -62,13 +62,15 @@ class ApiContext:
         if run_id:
             await refuse(self.client.ledger, event, run_id, new_id(), reason, person)
 
-    async def readable_run(self, run_id: str, caller: Caller) -> RunRecord:
-        """The run, if the caller may read it: else 404, or 403 (said in its trace)."""
+    async def readable_run(self, run_id: str, caller: Caller, may: RunCheck = may_read
+                           ) -> RunRecord:
+        """The run, if the caller ``may`` (read it, by default): else 404, or 403 (said in
+        its trace)."""
         run = await self.client.run(run_id)
         if run is None:
             raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
         try:
-            may_read(caller, self.trust.current(), run)
+            may(caller, self.trust.current(), run)
         except Forbidden as exc:
             raise await self.forbid(run_id, caller, exc) from None
         return run

@@ -138,10 +138,12 @@ class ApprovalSteps(Reads):
         **data: Any,
     ) -> Tx:
         """Record a refused decision in the run's trace.  A forged decision naming no run
-        must not leave an event stream behind that nothing would ever expire."""
+        must not leave an event stream behind that nothing would ever expire: the guard is on
+        the run's event log itself (made with the run, expiring with it), so the step touches
+        that one key and a login that may write only event logs (the HTTP API's) can take it."""
         tx = Tx("refuse_decision")
         if only_if_run_exists:
-            tx.expect(self.keys.run(run_id), "status", *RunState)
+            tx.expect_exists(self.keys.events(run_id))
         return self.event(tx, run_id, event, **data)
 
 

@@ -60,7 +60,8 @@ def slot_of(key: str) -> int:
 
 
 class Guard(NamedTuple):
-    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx``, ``fnx`` or ``len``.
+    """One precondition: ``kind`` is ``in`` (field value ∈ values), ``nx``, ``ex``, ``fnx`` or
+    ``len``.
 
     A tuple, not a frozen dataclass: a step builds a dozen, and a frozen dataclass sets
     each field through ``object.__setattr__``."""
@@ -191,6 +192,11 @@ class Tx:
     def expect_missing(self, key: str) -> Tx:
         """``key`` must not exist (create-once); on failure ``actual`` is its type."""
         return self._guard(Guard("nx", key))
+
+    def expect_exists(self, key: str) -> Tx:
+        """``key`` must exist (e.g. a run's event log: the run was created and has not expired);
+        on failure ``actual`` is None."""
+        return self._guard(Guard("ex", key))
 
     def expect_field_missing(self, key: str, field: str) -> Tx:
         """``field`` must not be set in hash ``key``; on failure ``actual`` is its value."""

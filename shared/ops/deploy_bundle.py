@@ -24,7 +24,7 @@ from callgate.auth.trust import ANY, trust_from_document
 from callgate.errors import TrustConfigError
 from callgate.keys import TENANT_PATTERN
 
-LOGINS = ("workers", "submitters", "approvers", "slack")
+LOGINS = ("workers", "submitters", "approvers", "slack", "api")
 """The Redis users of deploy/redis/users.acl (tenants add ``submitters_T``, ``approvers_T``)."""
 SLACK = "slack"
 """The Slack bot's key id (`callgate.slack.settings.SlackSettings.key_id`'s default)."""

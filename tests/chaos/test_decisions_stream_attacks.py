@@ -36,7 +36,7 @@ from tests.chaos import signoff_tool
 from tests.integration.redis_lockdown import OPERATOR, PREFIX, LockedRedis, locked_redis
 
 ROOT = Path(__file__).resolve().parents[2]
-LOGINS = ["approvers", "slack"]
+LOGINS = ["approvers", "slack", "api"]
 """The logins that may XADD a partition's decisions stream (deploy/redis/users.acl)."""
 
 

@@ -1,8 +1,11 @@
 """Tools from MCP servers, end to end: real worker processes, real Redis, the scripted model, and
-two real MCP servers built with the `mcp` SDK (tests/mcp/server.py) in their own processes — one
+real MCP servers built with the `mcp` SDK (tests/mcp/server.py) in their own processes — one
 over Streamable HTTP (trusted, with a lookup for its destructive tool), one over stdio
-(untrusted, started by each worker), each with some local policy from the deployment.  What the
-servers did is read from their own record."""
+(untrusted, started by each worker), each with some local policy from the deployment — and the
+same two once more the other way round (a trusted stdio server with a lookup, the HTTP one
+registered again as untrusted), so reads in parallel, reconciliation through a lookup and the
+untrusted hint are each shown over both transports.  What the servers did is read from their
+own record."""
 
 from __future__ import annotations
 
@@ -77,10 +80,16 @@ def _events(state: Path) -> list[dict[str, Any]]:
 
 
 class Deployment:
-    def __init__(self, system: LocalSystem, shop: McpHttpServer, stdio_state: Path) -> None:
+    def __init__(self, system: LocalSystem, shop: McpHttpServer, stdio_state: Path,
+                 trusted_stdio_state: Path) -> None:
         self.system = system
         self.shop = shop
         self.stdio_state = stdio_state
+        self.trusted_stdio_state = trusted_stdio_state
+
+    def server_events(self, transport: str) -> list[dict[str, Any]]:
+        """What the trusted server over ``transport`` (``http`` or ``stdio``) recorded."""
+        return self.shop.events() if transport == "http" else _events(self.trusted_stdio_state)
 
     async def run(self, scenario: str, tools: list[str], api: str = API) -> dict[str, Any]:
         spec = {"api": api, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
@@ -101,6 +110,7 @@ class Deployment:
 def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
                ) -> Iterator[Deployment]:
     shop_state, stdio_state = tmp_path_factory.mktemp("shop"), tmp_path_factory.mktemp("local")
+    trusted_stdio_state = tmp_path_factory.mktemp("tlocal")
     shop = McpHttpServer(shop_state)
     shop.start()
     servers = [
@@ -110,6 +120,11 @@ def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFac
         {"name": "local", "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
          "trusted": False, "prefix": "local__", "timeout_s": 1.5,
          "tools": {"set_status": {"effect": "idempotent_write"}}},
+        {"name": "tlocal", "command": [sys.executable, str(SERVER), str(trusted_stdio_state),
+                                       "stdio"],
+         "trusted": True, "timeout_s": 1.5,
+         "tools": {"cancel_order": {"lookup": "find_cancellation"}}},
+        {"name": "shopu", "url": shop.url, "trusted": False, "timeout_s": 1.5},
     ]
     spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
                       tool_modules=(), scenarios=(SCENARIOS,), grace_s=3.0,
@@ -117,7 +132,7 @@ def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFac
                            "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]"})
     try:
         with LocalSystem(spec) as system:
-            yield Deployment(system, shop, stdio_state)
+            yield Deployment(system, shop, stdio_state, trusted_stdio_state)
     finally:
         shop.stop()
 
@@ -127,14 +142,20 @@ def _states(events: list[Event], call_id: str) -> list[Any]:
             if e.type == "call.transition" and e.data.get("call_id") == call_id]
 
 
-@pytest.mark.parametrize("api", APIS)
-async def test_two_reads_run_in_parallel(deployment: Deployment, api: str) -> None:
-    view = await deployment.run(f"mcp-reads-{api}", ["shop__forecast"], api)
+READS = [(api, "http", f"mcp-reads-{api}", "shop__forecast", api) for api in APIS]
+READS.append((API, "stdio", "mcp-reads-stdio", "tlocal__forecast", "stdio"))
+
+
+@pytest.mark.parametrize(("api", "transport", "scenario", "tool", "tag"), READS)
+async def test_two_reads_run_in_parallel(
+    deployment: Deployment, api: str, transport: str, scenario: str, tool: str, tag: str
+) -> None:
+    view = await deployment.run(scenario, [tool], api)
     assert view["status"] == "completed", view
     assert [c["result"]["payload"] for c in view["calls"]] == [
-        {"city": f"Paris {api}", "sky": "clear"}, {"city": f"Rome {api}", "sky": "clear"}]
-    marks = [e for e in deployment.shop.events() if e.get("tool") == "forecast"
-             and e["city"] in (f"Paris {api}", f"Rome {api}")]
+        {"city": f"Paris {tag}", "sky": "clear"}, {"city": f"Rome {tag}", "sky": "clear"}]
+    marks = [e for e in deployment.server_events(transport) if e.get("tool") == "forecast"
+             and e["city"] in (f"Paris {tag}", f"Rome {tag}")]
     starts = [e["t"] for e in marks if e["event"] == "start"]
     ends = [e["t"] for e in marks if e["event"] == "end"]
     assert len(starts) == len(ends) == 2
@@ -158,18 +179,23 @@ async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Depl
                                                      "operation_id": record.operation_id}
 
 
-@pytest.mark.parametrize("api", APIS)
+CANCELS = [(api, "http", "mcp-cancel", "shop__cancel_order") for api in APIS]
+CANCELS.append((API, "stdio", "mcp-cancel-stdio", "tlocal__cancel_order"))
+
+
+@pytest.mark.parametrize(("api", "transport", "scenario", "tool"), CANCELS)
 async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
-    deployment: Deployment, api: str
+    deployment: Deployment, api: str, transport: str, scenario: str, tool: str
 ) -> None:
-    view = await deployment.run("mcp-cancel", ["shop__cancel_order"], api)
+    view = await deployment.run(scenario, [tool], api)
     assert view["status"] == "completed", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
     assert _states(events, record.call_id) == ["allowed", "executing", "unknown", "reconciling",
                                                "succeeded"]
     assert view["calls"][0]["result"]["payload"] == {"cancelled": "slow"}
-    mine = [e for e in deployment.shop.events() if e.get("operation_id") == record.operation_id]
+    mine = [e for e in deployment.server_events(transport)
+            if e.get("operation_id") == record.operation_id]
     assert [e["event"] for e in mine if e.get("tool") == "cancel_order"] == ["commit"]
     assert any(e["event"] == "lookup" and e["found"] for e in mine)
 
@@ -188,10 +214,12 @@ async def test_a_lost_answer_without_a_lookup_waits_for_a_person(
     assert [e["event"] for e in commits] == ["commit"]  # sent once, never again
 
 
+@pytest.mark.parametrize(("scenario", "tool"), [("mcp-untrusted", "local__forecast"),
+                                                ("mcp-untrusted-http", "shopu__forecast")])
 async def test_an_untrusted_servers_read_only_hint_is_not_believed(
-    deployment: Deployment,
+    deployment: Deployment, scenario: str, tool: str
 ) -> None:
-    view = await deployment.run("mcp-untrusted", ["local__forecast"])
+    view = await deployment.run(scenario, [tool])
     assert view["status"] == "completed", view
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE  # readOnlyHint: true, but the server is not trusted

@@ -32,7 +32,7 @@ from callgate.ops.embedded_redis import EmbeddedRedis, RedisTls
 from callgate.ops.system import LocalSystem, SystemSpec
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "redis"
-USERS = ("workers", "submitters", "approvers", "slack")
+USERS = ("workers", "submitters", "approvers", "slack", "api")
 TENANTS = ("acme", "globex")
 """The tenants the deployment renders users for (docker-compose.yml's CALLGATE_TENANTS)."""
 TENANT_USERS = tuple(f"{base}_{t}" for t in TENANTS for base in ("submitters", "approvers"))

@@ -58,7 +58,7 @@ def test_every_procfile_process_is_a_compose_service_with_the_same_variables_and
         module = shlex.split(command)[shlex.split(command).index("-m") + 1]
         assert service["command"][:3] == ["python", "-m", module], name
         env = _environment(service)
-        login = "slack" if name == "slack_approvals" else "workers"
+        login = {"slack_approvals": "slack", "api": "api"}.get(name, "workers")
         # The Slack bot runs no tools and asks no model: the rest of what the workers get.
         wanted = WORKER_ENV if login == "workers" else WORKER_ENV[:3]
         assert set(wanted) <= set(env), name

@@ -10,14 +10,20 @@ import hashlib
 import re
 import secrets
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError
 
+from callgate.auth.deployment import signer_of
+from callgate.auth.keyring import LocalKeyring
+from callgate.auth.tokens import sign_access
 from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import OutcomeUnknown, encode
@@ -231,6 +237,43 @@ async def test_slack_consumes_notifications_and_writes_only_decisions_and_dead_l
         key_refused(slack, "XADD", KEYS.events("run-slack-acl"), "*", "type", "call.resolved")
 
 
+async def test_the_http_api_serves_as_api_and_redis_refuses_it_nothing(
+    locked: LockedRedis, system: tuple[LocalSystem, list[str]]
+) -> None:
+    """`callgate serve` logged in as `api`: it submits, reads, streams, scrapes and records a
+    refused request in the run's trace, and Redis refuses it nothing."""
+    started, _ = system
+    LocalKeyring(started.settings.home).ensure({}, {"api": ["*"]})  # its delegate key
+    serve = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", "0"]
+    url = started.start_listener("api", serve, {"REDIS_URL": locked.url("api")})
+    bearer = {"Authorization": f"Bearer {sign_access(signer_of(started.settings, 'local'))}"}
+    async with httpx.AsyncClient(base_url=url, timeout=20) as api:
+        answer = await api.post("/runs", json=TRAVEL_RUN, headers=bearer)
+        assert answer.status_code == 202 and answer.json()["created"], answer.text
+        run_id = answer.json()["run_id"]
+        deadline = time.monotonic() + 30
+        while (view := (await api.get(f"/runs/{run_id}", headers=bearer)).json())[
+                "status"] != "completed" and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert_travel_completed(view)
+        assert (await api.get(f"/runs/{run_id}/events", headers=bearer)).status_code == 200
+        assert (await api.get(f"/runs/{run_id}")).status_code == 401, locked.refusals("api")
+        assert (await api.get("/metrics")).status_code == 200
+    async with CallgateClient(locked.settings("workers")) as client:
+        assert "api.unauthenticated" in [e.type for e in await client.events(run_id)]
+    assert locked.refusals("api") == []
+    with locked.client("api") as door:
+        key_refused(door, "XADD", KEYS.stream("exec", 0), "*", "d", "{}")
+        key_refused(door, "SETNX", f"arq:result:{run_id}", "forged")
+        key_refused(door, "EVALSHA", APPLY_SHA, 1, KEYS.run(run_id), "{}")
+        for command in (("HSET", KEYS.run(run_id), "status", "cancelled"),
+                        ("DEL", KEYS.run(run_id)),
+                        ("XREADGROUP", "GROUP", "executor", "x", "STREAMS",
+                         KEYS.stream("exec", 0), ">"),
+                        ("KEYS", "*")):
+            command_refused(door, *command)
+
+
 def test_nobody_gets_in_without_a_user_and_its_password(locked: LockedRedis) -> None:
     port = locked.server.port
     attempts: list[dict[str, str]] = [
@@ -302,7 +345,8 @@ def test_compose_logs_each_service_in_as_its_role_and_needs_every_password() -> 
     url = re.compile(r"redis://(\w+):\$\{REDIS_(\w+)_PASSWORD:\?[^}]+\}@redis:6379/0")
     logins = [url.fullmatch(u) for u in urls]
     assert all(m is not None and m[1].upper() == m[2] for m in logins), urls
-    assert [m[1] for m in logins if m] == ["workers", "slack", "submitters"]  # worker, bot, submit
+    # worker, bot, HTTP API, submit
+    assert [m[1] for m in logins if m] == ["workers", "slack", "api", "submitters"]
     assert "redis://slack:" in compose.split("slack_approvals:")[1]
     for user in USERS:
         name = f"REDIS_{user.upper()}_PASSWORD"

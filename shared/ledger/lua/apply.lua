@@ -67,6 +67,8 @@ for i = nreads + 1, nreads + nguards do
       return {0, i - nreads, redis.call('TYPE', key)['ok']}
     end
     planned[ki] = 'none'
+  elseif code == 'ex' then
+    if redis.call('EXISTS', key) == 0 then return {0, i - nreads, false} end
   elseif code == 'fnx' then
     local v = got[tonumber(argv[s])]
     if v then return {0, i - nreads, v} end
