@@ -114,6 +114,10 @@ class Tx:
         self._key_index: dict[str, int] = {}
         self._slot: int | None = None
         self.guards: list[Guard] = []
+        self._guard_args: list[tuple[str, int, int, tuple[str, ...]]] = []
+        """Each guard as (kind, key index, position among its key's read fields or -1, values)."""
+        self._read_fields: dict[int, dict[str, int]] = {}
+        """Key index → its guarded fields, in first-use order → their position."""
         self._op_args: list[str | None] = []
         self.ops = 0
         self.xadds = 0
@@ -138,34 +142,34 @@ class Tx:
         return self._slot
 
     def _guard(self, guard: Guard) -> Tx:
-        self._key(guard.key)
+        index = self._key(guard.key)
         self.guards.append(guard)
+        position = -1
+        if guard.kind in _FIELD_GUARDS:
+            fields = self._read_fields.get(index)
+            if fields is None:
+                fields = self._read_fields[index] = {}
+            position = fields.setdefault(guard.field or "", len(fields))
+        self._guard_args.append((guard.kind, index, position, guard.values))
         return self
 
     def _guard_entries(self) -> list[str | None]:
         """``[R, G, reads…, guards…]``, each entry ending in None (JSON null, which no value
-        is): one read per key whose fields are guarded (first use
-        first), then each guard in order, a field's guard pointing at its 1-based slot among
-        the fields read."""
-        fields_of: dict[str, list[str]] = {}
-        for guard in self.guards:
-            if guard.kind in _FIELD_GUARDS:
-                names = fields_of.setdefault(guard.key, [])
-                if (guard.field or "") not in names:
-                    names.append(guard.field or "")
-        reads: list[str | None] = []
-        slot_of_field: dict[tuple[str, str], str] = {}
-        for key, names in fields_of.items():
-            for name in names:
-                slot_of_field[(key, name)] = str(len(slot_of_field) + 1)
-            reads += ["rd", str(self._key_index[key]), *names, None]
-        guards: list[str | None] = []
-        for guard in self.guards:
-            args = list(guard.values)
-            if guard.kind in _FIELD_GUARDS:
-                args.insert(0, slot_of_field[(guard.key, guard.field or "")])
-            guards += [guard.kind, str(self._key_index[guard.key]), *args, None]
-        return [str(len(fields_of)), str(len(self.guards)), *reads, *guards]
+        is): one read per key whose fields are guarded (first use first), then each guard in
+        order, a field's guard pointing at its 1-based slot among all the fields read."""
+        entries: list[str | None] = [str(len(self._read_fields)), str(len(self.guards))]
+        first_slot: dict[int, int] = {}
+        slot = 1
+        for index, fields in self._read_fields.items():
+            first_slot[index] = slot
+            slot += len(fields)
+            entries += ["rd", str(index), *fields, None]
+        for kind, index, position, values in self._guard_args:
+            if position < 0:
+                entries += [kind, str(index), *values, None]
+            else:
+                entries += [kind, str(index), str(first_slot[index] + position), *values, None]
+        return entries
 
     def _op(self, code: str, key: str, args: list[str], step: int = 1) -> Tx:
         if not args:
