@@ -45,6 +45,10 @@ from callgate.webhooks.settings import WebhookConfigError, WebhookSettings
 SLACK_CHANNEL = "C0CALLGATEDEV"
 SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
 """The fake Slack's one approver: Slack user U0CAROL acts as carol (an events-lead)."""
+CONSOLE_OPERATOR = "carol"
+"""Whom dev's web console signs in: the demo's approver (an events-lead), who decides the
+workshop's booking."""
+CONSOLE_LINK = r"one-time login link[^:]*: (http://\S+)"
 SHOWN_ENV = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", *(s for _, s in SERVICES.values()),
              "CALLGATE_TOOL_MODULES")
 """The environment a user's own tools and scripts may want to copy; no secrets."""
@@ -186,6 +190,9 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
         system.explain(exc, say)
         return 1
     show_banner(write_state(system, state_file), state_file, console)
+    link = console_link(system)
+    if link is not None:
+        say(f"web console (one-time login link): {link}")
     signum = wait_for_stop_signal()
     say(f"signal {signum}: stopping")
     return 0
@@ -193,13 +200,24 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
 
 def start_api(system: LocalSystem, port: int = 0) -> str:
     """The HTTP API (`callgate serve`) on loopback, its decisions signed with the keyring's
-    delegate key ``api``; its URL.  A port already taken (another dev, another server) gives
-    way to a free one, which the banner shows."""
+    delegate key ``api``, and its web console's login link for `CONSOLE_OPERATOR` (unless
+    CALLGATE_CONSOLE_OPERATOR names another person); its URL.  A port already taken (another
+    dev, another server) gives way to a free one, which the banner shows."""
     if port and not _port_free(port):
         system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
         port = 0
     argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
-    return system.start_listener("api", argv)
+    env = {"CALLGATE_CONSOLE_OPERATOR": system.env.get("CALLGATE_CONSOLE_OPERATOR",
+                                                       CONSOLE_OPERATOR)}
+    return system.start_listener("api", argv, env)
+
+
+def console_link(system: LocalSystem) -> str | None:
+    """The one-time login link the API server printed, if it printed one."""
+    try:
+        return system.supervisor.wait_for_line("api", CONSOLE_LINK, 2.0).group(1)
+    except (TimeoutError, RuntimeError):
+        return None
 
 
 def _port_free(port: int) -> bool:
