@@ -1,6 +1,6 @@
-"""The console's writes: approve, deny and resolve, each behind a confirmation page that shows
-exactly what is decided on.  A confirmed form calls the API's own action route functions
-(`callgate.api.actions`) — the same door checks, the same signed decision through
+"""The console's writes: approve, deny, resolve, cancel and resume, each behind a confirmation
+page that shows exactly what is decided on.  A confirmed form calls the API's own action route
+functions (`callgate.api.actions`) — the same door checks, the same signed decision through
 `ApprovalDesk`, the same verdict — so a refusal reads on the page as the API says it.  A write
 needs the session cookie and its CSRF token (checked by `current_caller`); a bearer header
 alone is not enough here, so a proxy that adds one cannot be ridden by another site's form."""
@@ -115,3 +115,31 @@ def _resolution(form: Any) -> actions.Resolve:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise Problem(422, f"{where}: {first['msg']}") from None
+
+
+@router.get("/console/runs/{run_id}/{act}")
+async def confirm_control(request: Request, run_id: str,
+                          act: Literal["cancel", "resume"]) -> Response:
+    caller = await signed_in(request)
+    if caller is None:
+        return RedirectResponse(LOGIN, status_code=303)
+    return page("confirm_control.html", caller=caller, run_id=run_id, act=act,
+                csrf=csrf_of(request))
+
+
+@router.post("/console/runs/{run_id}/{act}")
+async def control(request: Request, run_id: str, act: Literal["cancel", "resume"]) -> Response:
+    ctx, caller = context_of(request), None
+    try:
+        caller = await _acting(request)
+        reason = _field(await request.form(), "reason")
+        answer = Response()
+        if act == "cancel":
+            verdict = await actions.cancel(ctx, caller, answer, run_id,
+                                           actions.Cancel(reason=reason))
+        else:
+            verdict = await actions.resume(ctx, caller, answer, run_id,
+                                           actions.Resume(reason=reason))
+    except Problem as exc:
+        return problem_page(request, exc, caller)
+    return _done(request, caller, verdict, answer.status_code, run_id)

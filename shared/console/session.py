@@ -88,7 +88,7 @@ class Sessions:
         if not value:
             return None
         try:
-            data = self.serializer.loads(value, max_age=self.settings.session_ttl_s)
+            data = self.serializer.loads(value, max_age=int(self.settings.session_ttl_s))
         except BadSignature:
             return None
         if not isinstance(data, dict):

@@ -10,6 +10,11 @@ from callgate.api import events, inbox, runs
 from callgate.api.callers import Caller
 from callgate.api.context import ApiContext
 from callgate.redact import redact
+from callgate.states import RUN_TERMINAL, RunState
+
+ENDED = frozenset(state.value for state in RUN_TERMINAL)
+RESUMABLE = frozenset({RunState.PAUSED_INCOMPLETE.value, RunState.HANDED_OFF.value})
+"""Whom the run page offers Cancel (a live run) and Resume (paused incomplete, handed off)."""
 
 DECISION_PREFIXES = ("approval.", "call.resolved", "api.", "run.cancelled", "run.resumed")
 RECONCILING = frozenset({"unknown", "reconciling", "unresolved"})
@@ -58,5 +63,7 @@ def timeline(view: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any
         turns.setdefault(call["turn"], []).append(call)
     decisions = [e for e in trace if e["type"].startswith(DECISION_PREFIXES)
                  or (e["type"] == "call.transition" and e["data"].get("to") in RECONCILING)]
+    status = view["status"]
+    acts = ([] if status in ENDED else ["cancel"]) + (["resume"] if status in RESUMABLE else [])
     return {"run": view, "turns": sorted(turns.items()), "events": trace,
-            "decisions": decisions}
+            "decisions": decisions, "acts": acts}
