@@ -67,7 +67,7 @@ async def test_a_paused_run_shows_up_live_and_is_approved_in_the_browser(
     carol = await person(browser, system, "carol")
     page = carol.page
     await page.goto("/console/inbox")
-    await page.wait_for_function("document.body.classList.contains('live')")
+    await page.locator("body.live").wait_for(state="attached")
     await page.evaluate("window.notReloaded = true")
     run_id = await start(system, "workshop-reserve", ["reserve_seat"])
     card = page.locator(f"section.approval[data-run='{run_id}']")
@@ -160,7 +160,7 @@ async def test_planted_markup_in_arguments_and_model_text_renders_as_text(
     assert final.startswith("<script>window.planted=2;alert('model')</script><img src=x")
     args = await shown_json(page, "tr.call[data-tool='get_weather'] pre.args")
     assert args == {"city": "<script>window.planted=1;alert('arg')</script>"}
-    await page.wait_for_function("document.body.classList.contains('live')")
+    await page.locator("body.live").wait_for(state="attached")
     assert await page.evaluate("typeof window.planted") == "undefined"
     assert await page.locator("main script, main img").count() == 0
     assert carol.dialogs == [], "no planted script ran"
