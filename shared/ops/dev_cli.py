@@ -9,7 +9,8 @@ it answers, else an embedded one), every worker (the webhooks worker too, postin
 ``--webhooks``'s endpoints), the scripted model server unless a provider
 key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with dummy keys), the
 demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL), the HTTP API (`callgate serve` on
-``--api-port``, signing decisions with the keyring's delegate key ``api``) and, with
+``--api-port``, signing decisions with the keyring's delegate key ``api``; its web console's
+one-time login link, for carol, is in the banner) and, with
 ``--slack``, the fake Slack with the approvals bot.  Then it writes ``HOME/dev.json`` (0600:
 the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in
 another terminal joins this deployment with nothing exported; the file goes when dev stops.
@@ -189,10 +190,7 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
     except START_ERRORS as exc:
         system.explain(exc, say)
         return 1
-    show_banner(write_state(system, state_file), state_file, console)
-    link = console_link(system)
-    if link is not None:
-        say(f"web console (one-time login link): {link}")
+    show_banner(write_state(system, state_file), state_file, console, console_link(system))
     signum = wait_for_stop_signal()
     say(f"signal {signum}: stopping")
     return 0
@@ -264,9 +262,13 @@ def banner_rows(state: dict[str, Any], state_file: Path) -> list[tuple[str, str]
     return rows
 
 
-def show_banner(state: dict[str, Any], state_file: Path, console: Console | None) -> None:
-    """What runs where: a table on a terminal, one JSON line otherwise."""
+def show_banner(state: dict[str, Any], state_file: Path, console: Console | None,
+                link: str | None = None) -> None:
+    """What runs where (and the web console's one-time login ``link``, which dev's log would
+    mask): a table on a terminal, one JSON line otherwise."""
     rows = banner_rows(state, state_file)
+    if link is not None:
+        rows.append(("web console", f"{link}  (one-time login link)"))
     if console is None:
         sys.stderr.write(json_event("ready", {"parts": dict(rows), "try": TRY}) + "\n")
         sys.stderr.flush()
