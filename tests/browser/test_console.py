@@ -3,7 +3,8 @@ pauses and the inbox shows it live with its exact arguments; carol approves in t
 (through the confirmation page) and the run's page shows the reservation succeeded; an unknown
 outcome is resolved from the browser; bob, without the role, sees the refusal the API gives;
 planted markup shows as text; a write without the CSRF token is refused; the login link works
-once and the session cookie is HttpOnly and SameSite=Strict.
+once and the session cookie is HttpOnly and SameSite=Strict; the runs list follows each run's
+status without a reload.
 
 Screenshots of the inbox and a run page go to ``CALLGATE_SCREENSHOTS_DIR`` when it is set
 (README's are made so: ``CALLGATE_SCREENSHOTS_DIR=docs/screenshots``), else to a temporary
@@ -204,3 +205,20 @@ async def test_the_login_link_works_once_and_the_cookie_is_strict(
     assert again is not None and again.status == 401
     assert "used already" in await stranger.locator(".problem").inner_text()
     assert "/console/login" in stranger.url
+
+
+async def test_the_runs_list_follows_each_runs_status_live(
+    system: LocalSystem, client: CallgateClient, browser: Browser
+) -> None:
+    page = (await person(browser, system, "carol")).page
+    await page.locator("body.live").wait_for(state="attached")
+    await page.evaluate("window.notReloaded = true")
+    run_id = await start(system, "conf-reserve", ["reserve_seat"])
+    row = page.locator(f"tr[data-run='{run_id}'] .status")
+    await page.locator(f"tr[data-run='{run_id}'] .status", has_text="paused_approval").wait_for()
+    async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
+        approval_id = await pending_approval(client, run_id)
+        await api.post(f"/approvals/{approval_id}/approve", headers=auth(system, "carol"))
+    await page.locator(f"tr[data-run='{run_id}'] .status", has_text="completed").wait_for()
+    assert await row.inner_text() == "completed"
+    assert await page.evaluate("window.notReloaded === true"), "the list was not reloaded"
