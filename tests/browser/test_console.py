@@ -182,9 +182,11 @@ async def test_a_write_without_the_csrf_token_is_refused(
     await carol.page.goto(f"/console/approvals/{approval_id}/approve")
     csrf = await carol.page.locator("input[name=csrf]").first.get_attribute("value")
     assert csrf
-    answer = await request.post(f"/console/approvals/{approval_id}/approve",
-                                form={"csrf": csrf, "reason": "with the token"})
-    assert answer.status == 200 and "approval.approved" in await answer.text()
+    inbox = await request.get("/inbox")  # the session also reads the API
+    assert inbox.status == 200 and approval_id in await inbox.text()
+    answer = await request.post(f"/approvals/{approval_id}/approve",
+                                headers={"X-CSRF-Token": csrf}, data={"reason": "with it"})
+    assert answer.status == 200 and (await answer.json())["event"] == "approval.approved"
 
 
 async def test_the_login_link_works_once_and_the_cookie_is_strict(
