@@ -1,7 +1,8 @@
 """The browser tests' deployment: every worker, the scripted model (with the planted-markup
 scenario of ``scenarios/``), the travel and booking services, and `callgate serve` with its web
-console signing carol in by the one-time link — driven by Debian's headless chromium through
-Playwright (``executable_path``; `.ci/run` installs the package)."""
+console signing carol in by the one-time link, and an identity provider in the trust file —
+driven by Debian's headless chromium through Playwright (``executable_path``; `.ci/run` installs
+the package)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_pl
 from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
-from tests.e2e.api_server import API_ENV, api_deployment, token
+from tests.e2e.api_server import API_ENV, MORE_TRUST, api_deployment, token
 from tests.e2e.people import http
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,7 +31,7 @@ def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSy
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
     env = {**API_ENV, "CALLGATE_CONSOLE_OPERATOR": "carol"}
     yield from api_deployment(redis_server, callgate_home, ("travel", "booking"), env,
-                              scenarios=(SCENARIOS,))
+                              MORE_TRUST, scenarios=(SCENARIOS,))
 
 
 @pytest.fixture
@@ -59,9 +60,10 @@ class Person:
     dialogs: list[str] = field(default_factory=list)
 
 
-async def person(browser: Browser, system: LocalSystem, name: str) -> Person:
-    """A fresh browser profile signed in as ``name`` with their own key's token (the login
-    form); a dialog any page opens is recorded and dismissed."""
+async def person(browser: Browser, system: LocalSystem, name: str,
+                 bearer: str | None = None) -> Person:
+    """A fresh browser profile signed in as ``name`` through the login form, with ``bearer``
+    (default: a token of their own key); a dialog any page opens is recorded and dismissed."""
     context = await browser.new_context(base_url=system.urls["api"])
     page = await context.new_page()
     page.set_default_timeout(WAIT_MS)
@@ -73,7 +75,7 @@ async def person(browser: Browser, system: LocalSystem, name: str) -> Person:
 
     page.on("dialog", on_dialog)
     await page.goto("/console/login")
-    await page.fill("input[name=token]", token(system, name))
+    await page.fill("input[name=token]", bearer or token(system, name))
     await page.click("#sign-in")
     await page.wait_for_url("**/")
     return who

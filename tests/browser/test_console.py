@@ -26,7 +26,7 @@ from callgate.client import CallgateClient
 from callgate.ops.dev_cli import CONSOLE_LINK
 from callgate.ops.system import LocalSystem
 from tests.browser.conftest import WAIT_MS, person
-from tests.e2e.api_server import auth
+from tests.e2e.api_server import IDP, IDP_KEY, auth, idp_token
 from tests.e2e.people import http, status, until
 
 LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
@@ -224,3 +224,21 @@ async def test_the_runs_list_follows_each_runs_status_live(
     await page.locator(f"tr[data-run='{run_id}'] .status", has_text="completed").wait_for()
     assert await row.inner_text() == "completed"
     assert await page.evaluate("window.notReloaded === true"), "the list was not reloaded"
+
+
+async def test_an_identity_providers_token_signs_in_a_person_with_the_trust_files_roles(
+    system: LocalSystem, browser: Browser
+) -> None:
+    """README's identity-provider sign-in: the JWT's own ``roles`` claim (admin) never counts."""
+    jwt = idp_token(IDP_KEY, IDP, "carol")
+    page = (await person(browser, system, "carol", bearer=jwt)).page
+    assert await page.locator("header .who span").inner_text() == "carol (events-lead)"
+    stranger = await (await browser.new_context(base_url=system.urls["api"])).new_page()
+    await stranger.goto("/console/login")
+    await stranger.fill("input[name=token]", idp_token(IDP_KEY, IDP, "mallory"))
+    async with stranger.expect_response(lambda r: r.request.method == "POST") as info:
+        await stranger.click("#sign-in")
+    assert (await info.value).status == 403
+    assert "not a person of the deployment's trust file" in await stranger.locator(
+        ".problem").inner_text()
+    assert [c for c in await stranger.context.cookies() if c["name"] == "callgate_session"] == []
