@@ -242,3 +242,18 @@ async def test_an_identity_providers_token_signs_in_a_person_with_the_trust_file
     assert "not a person of the deployment's trust file" in await stranger.locator(
         ".problem").inner_text()
     assert [c for c in await stranger.context.cookies() if c["name"] == "callgate_session"] == []
+
+
+async def test_an_operator_cancels_a_run_from_its_page(
+    system: LocalSystem, client: CallgateClient, browser: Browser
+) -> None:
+    run_id = await start(system, "conf-reserve", ["reserve_seat"])
+    await pending_approval(client, run_id)
+    page = (await person(browser, system, "operator")).page
+    await page.goto(f"/console/runs/{run_id}")
+    assert await page.locator("a.resume").count() == 0, "only a paused-incomplete run resumes"
+    await page.locator("a.cancel").click()
+    await page.fill("input[name=reason]", "not needed")
+    await page.click("#confirm")
+    await page.locator(".verdict.applied", has_text="run.cancelled").wait_for()
+    assert (await client.view(run_id))["status"] == "cancelled"
