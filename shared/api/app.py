@@ -2,7 +2,8 @@
 
 FastAPI (on Starlette) routes and documents it: the OpenAPI document is at ``/openapi.json``
 and every route but ``/healthz``, ``/metrics`` (Prometheus, `callgate.metrics`: counts, never a
-run's content) and the document needs a bearer token (`callgate.api.callers`).
+run's content) and the document needs a bearer token (`callgate.api.callers`); the web console
+(`callgate.console`) is at ``/``, its pages behind a session cookie.
 The deployment's connections open when the app starts and close when it stops.
 """
 
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from fastapi.security import HTTPBearer
 
+from callgate import console
 from callgate.api import actions, events, inbox, openapi, problems, runs
 from callgate.api.context import ApiContext
 from callgate.api.settings import ApiSettings
@@ -61,5 +63,6 @@ def create_app(settings: Settings | None = None, api: ApiSettings | None = None)
         return {"ok": True}
 
     app.router.routes.append(metrics_route(metrics))
+    console.install(app)
     return app
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 
@@ -16,6 +16,7 @@ from callgate.api.settings import ApiSettings
 from callgate.auth.deployment import TrustSource, signer_of
 from callgate.auth.keys import read_private_key
 from callgate.auth.tokens import Signer
+from callgate.auth.trust import TrustConfig
 from callgate.client import CallgateClient
 from callgate.clock import now_ms
 from callgate.config import Settings
@@ -98,12 +99,25 @@ def context_of(request: Request) -> ApiContext:
     return state
 
 
+class SessionReader(Protocol):
+    """The web console's sessions (`callgate.console.session`), when the app serves it."""
+
+    def read(self, request: Request) -> object | None: ...
+
+    async def caller(self, request: Request, trust: TrustConfig) -> Caller: ...
+
+
 async def current_caller(request: Request) -> Caller:
-    """The verified caller, or a 401 (said in the named run's trace) saying why not."""
+    """The verified caller — from the bearer token, else from the web console's session cookie
+    (which also needs its CSRF token on a change) — or a 401 (said in the named run's trace)
+    saying why not."""
     ctx = context_of(request)
+    header = request.headers.get("authorization")
+    sessions: SessionReader | None = getattr(request.app.state, "sessions", None)
     try:
-        return authenticate(request.headers.get("authorization"), ctx.trust.current(),
-                            now=now_ms() / 1000)
+        if header is None and sessions is not None and sessions.read(request) is not None:
+            return await sessions.caller(request, ctx.trust.current())
+        return authenticate(header, ctx.trust.current(), now=now_ms() / 1000)
     except AuthError as exc:
         run_id = await run_named(request, ctx)
         await ctx.refused(run_id, UNAUTHENTICATED_EVENT, exc.reason, None)

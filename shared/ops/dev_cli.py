@@ -9,7 +9,8 @@ it answers, else an embedded one), every worker (the webhooks worker too, postin
 ``--webhooks``'s endpoints), the scripted model server unless a provider
 key is set (its URL becomes OPENAI_BASE_URL …/v1 and ANTHROPIC_BASE_URL, with dummy keys), the
 demo services (CALLGATE_TRAVEL_URL, CALLGATE_BOOKING_URL), the HTTP API (`callgate serve` on
-``--api-port``, signing decisions with the keyring's delegate key ``api``) and, with
+``--api-port``, signing decisions with the keyring's delegate key ``api``; its web console's
+one-time login link, for carol, is in the banner) and, with
 ``--slack``, the fake Slack with the approvals bot.  Then it writes ``HOME/dev.json`` (0600:
 the Redis URL may carry a password, which is never printed) with its pid, so `Settings` in
 another terminal joins this deployment with nothing exported; the file goes when dev stops.
@@ -45,6 +46,10 @@ from callgate.webhooks.settings import WebhookConfigError, WebhookSettings
 SLACK_CHANNEL = "C0CALLGATEDEV"
 SLACK_APPROVERS = {"U0CAROL": {"user": "carol", "roles": ["events-lead"]}}
 """The fake Slack's one approver: Slack user U0CAROL acts as carol (an events-lead)."""
+CONSOLE_OPERATOR = "carol"
+"""Whom dev's web console signs in: the demo's approver (an events-lead), who decides the
+workshop's booking."""
+CONSOLE_LINK = r"one-time login link[^:]*: (http://\S+)"
 SHOWN_ENV = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", *(s for _, s in SERVICES.values()),
              "CALLGATE_TOOL_MODULES")
 """The environment a user's own tools and scripts may want to copy; no secrets."""
@@ -185,7 +190,7 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
     except START_ERRORS as exc:
         system.explain(exc, say)
         return 1
-    show_banner(write_state(system, state_file), state_file, console)
+    show_banner(write_state(system, state_file), state_file, console, console_link(system))
     signum = wait_for_stop_signal()
     say(f"signal {signum}: stopping")
     return 0
@@ -193,13 +198,24 @@ def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
 
 def start_api(system: LocalSystem, port: int = 0) -> str:
     """The HTTP API (`callgate serve`) on loopback, its decisions signed with the keyring's
-    delegate key ``api``; its URL.  A port already taken (another dev, another server) gives
-    way to a free one, which the banner shows."""
+    delegate key ``api``, and its web console's login link for `CONSOLE_OPERATOR` (unless
+    CALLGATE_CONSOLE_OPERATOR names another person); its URL.  A port already taken (another
+    dev, another server) gives way to a free one, which the banner shows."""
     if port and not _port_free(port):
         system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
         port = 0
     argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
-    return system.start_listener("api", argv)
+    env = {"CALLGATE_CONSOLE_OPERATOR": system.env.get("CALLGATE_CONSOLE_OPERATOR",
+                                                       CONSOLE_OPERATOR)}
+    return system.start_listener("api", argv, env)
+
+
+def console_link(system: LocalSystem) -> str | None:
+    """The one-time login link the API server printed, if it printed one."""
+    try:
+        return system.supervisor.wait_for_line("api", CONSOLE_LINK, 2.0).group(1)
+    except (TimeoutError, RuntimeError):
+        return None
 
 
 def _port_free(port: int) -> bool:
@@ -246,9 +262,13 @@ def banner_rows(state: dict[str, Any], state_file: Path) -> list[tuple[str, str]
     return rows
 
 
-def show_banner(state: dict[str, Any], state_file: Path, console: Console | None) -> None:
-    """What runs where: a table on a terminal, one JSON line otherwise."""
+def show_banner(state: dict[str, Any], state_file: Path, console: Console | None,
+                link: str | None = None) -> None:
+    """What runs where (and the web console's one-time login ``link``, which dev's log would
+    mask): a table on a terminal, one JSON line otherwise."""
     rows = banner_rows(state, state_file)
+    if link is not None:
+        rows.append(("web console", f"{link}  (one-time login link)"))
     if console is None:
         sys.stderr.write(json_event("ready", {"parts": dict(rows), "try": TRY}) + "\n")
         sys.stderr.flush()

@@ -40,7 +40,7 @@ MORE_TRUST = {"issuers": ISSUERS, "submitters": NARROW}
 def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],
                    env: Mapping[str, str] | None = None,
                    more_trust: Mapping[str, Mapping[str, Any]] | None = None,
-                   ) -> Iterator[LocalSystem]:
+                   scenarios: tuple[Path, ...] = ()) -> Iterator[LocalSystem]:
     """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``), on
     a copy of the session's trust file with ``more_trust`` (section → entries) added."""
     keyring = LocalKeyring(home)
@@ -54,7 +54,7 @@ def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str,
     copy = home / f"trust-{uuid.uuid4().hex[:8]}.json"
     copy.write_text(json.dumps(document))
     env = {**(env or {}), "CALLGATE_TRUST_FILE": str(copy)}
-    for system in deployment(redis_server, services, env):
+    for system in deployment(redis_server, services, env, scenarios):
         start_api(system)
         yield system
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,10 +26,12 @@ View = dict[str, Any]
 
 
 def deployment(redis_server: EmbeddedRedis, services: tuple[str, ...],
-               env: Mapping[str, str] | None = None) -> Iterator[LocalSystem]:
-    """Every worker, the scripted model and ``services``, on the session's Redis."""
+               env: Mapping[str, str] | None = None,
+               scenarios: tuple[Path, ...] = ()) -> Iterator[LocalSystem]:
+    """Every worker, the scripted model (also playing ``scenarios``' folders) and
+    ``services``, on the session's Redis."""
     spec = SystemSpec(services=services, scripted_model=True, redis_url=redis_server.url,
-                      env=dict(env or {}), grace_s=3.0)
+                      env=dict(env or {}), grace_s=3.0, scenarios=scenarios)
     with LocalSystem(spec) as running:
         yield running
 

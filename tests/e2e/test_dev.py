@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
@@ -75,6 +76,15 @@ def dev(redis_server: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[Path, Pat
             process.wait()
 
 
+def logged(log: Path, pattern: str, timeout_s: float = 10) -> str:
+    """The first group of ``pattern`` once dev's log shows it."""
+    deadline = time.monotonic() + timeout_s
+    while (found := re.search(pattern, log.read_text())) is None:
+        assert time.monotonic() < deadline, f"dev never logged {pattern!r}: {log.read_text()}"
+        time.sleep(0.1)
+    return found.group(1)
+
+
 def callgate(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], env=fresh_terminal(home), capture_output=True,
                           text=True, timeout=90, stdin=subprocess.DEVNULL)
@@ -89,6 +99,12 @@ def test_readme_run_finds_the_dev_deployment_with_nothing_exported(
     assert state["redis_url"] == redis_server.url and state["key_prefix"].startswith("dev")
     assert {"model", "travel", "booking", "api"} <= set(state["urls"])
     assert state["env"]["OPENAI_BASE_URL"] == state["urls"]["model"] + "/v1"
+    link = logged(log, r"(http://[^\s\"]+/console/login\?token=[A-Za-z0-9_-]{16,})")
+    assert link.startswith(state["urls"]["api"] + "/console/login?token=")
+    first, again = httpx.get(link), httpx.get(link)
+    assert first.status_code == 303, (link, first.text[-300:], log.read_text()[-3000:])
+    assert "callgate_session=" in first.headers["set-cookie"]
+    assert again.status_code == 401, "the console's login link works once"
 
     for command in readme_run_commands():
         ran = callgate(home, *command)

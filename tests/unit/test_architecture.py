@@ -12,9 +12,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 50
-OUTSIDE_THE_RUNTIME = ("ops", "api", "standins")
-"""`callgate.ops` and `callgate.api` (operator tools, the HTTP API) and `callgate.standins` (the
-outside world's stand-ins)."""
+OUTSIDE_THE_RUNTIME = ("ops", "api", "console", "standins")
+"""`callgate.ops`, `callgate.api` and `callgate.console` (operator tools, the HTTP API and its web
+console) and `callgate.standins` (the outside world's stand-ins)."""
 WRITES = frozenset({
     "hset", "hdel", "hincrby", "rpush", "lpush", "xadd", "xack", "zadd", "zrem", "sadd",
     "expire", "persist", "expect", "expect_missing", "expect_field_missing", "expect_length",

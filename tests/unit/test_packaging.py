@@ -33,6 +33,18 @@ def test_every_package_folder_is_installed_and_nothing_else() -> None:
     assert config["package-dir"] == {"callgate": "shared", "callgate.services": "services"}
 
 
+def test_every_data_file_ships_as_package_data() -> None:
+    """The console's templates and static files, the Lua scripts and the scenarios are in an
+    installed package too, not only in a checkout."""
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["callgate"]
+    shared = ROOT / "shared"
+    data = [path.relative_to(shared) for path in shared.rglob("*") if path.is_file()
+            and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts]
+    assert data, "shared/ holds data files"
+    assert [str(p) for p in data if not any(p.match(glob) for glob in globs)] == []
+
+
 def test_the_public_api_imports_from_any_directory(tmp_path: Path) -> None:
     code = (
         "import callgate\n"
