@@ -1,7 +1,8 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
-                               throughput-tracing|executors|scale-out|recovery|memory|mcp|http …]
+                               throughput-tracing|throughput-webhook-up|throughput-webhook-down|
+                               executors|scale-out|recovery|memory|mcp|http …]
                    [--runs N]
                    [--json] [--smoke]
 

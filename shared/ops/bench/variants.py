@@ -9,11 +9,16 @@
 * ``throughput-tracing``: every worker tracing (``CALLGATE_TRACING=1``, every run sampled),
   exporting OTLP/HTTP to a receiver in this process that takes and drops what it is sent:
   what a span per model request, validation, tool call and run costs (README: Tracing).
+* ``throughput-webhook-up`` / ``throughput-webhook-down``: the webhooks worker running with
+  one endpoint, answered at once by a receiver in this process, or on a port where nothing
+  listens (every delivery fails and is retried): whether a receiver that is down slows the
+  loop (README: Webhooks).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from aiohttp import web
@@ -23,7 +28,8 @@ from callgate.ops.bench.harness import Deployment
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import Progress
 
-VARIANTS = ("throughput-redis-py", "throughput-aof", "throughput-tracing")
+VARIANTS = ("throughput-redis-py", "throughput-aof", "throughput-tracing",
+            "throughput-webhook-up", "throughput-webhook-down")
 
 
 async def measure(
@@ -35,6 +41,8 @@ async def measure(
         return await _pipeline(redis_url, env, api, runs, progress, variant)
     if variant == "throughput-tracing":
         return await _traced(redis_url, api, runs, progress, variant)
+    if variant.startswith("throughput-webhook-"):
+        return await _webhooks(redis_url, api, runs, progress, variant)
     aof = await asyncio.to_thread(EmbeddedRedis(appendonly=True).start)
     try:
         progress(f"{variant}: private Redis, appendonly yes, appendfsync always")
@@ -44,14 +52,43 @@ async def measure(
 
 
 async def _pipeline(
-    redis_url: str, env: dict[str, str], api: str, runs: int, progress: Progress, name: str
+    redis_url: str, env: dict[str, str], api: str, runs: int, progress: Progress, name: str,
+    replicas: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    async with Deployment(redis_url, env=env, progress=progress) as deployment:
+    async with Deployment(redis_url, env=env, replicas=replicas, progress=progress) as deployment:
         progress(f"{name}: {runs} runs x {throughput.TURNS} turns x "
                  f"{throughput.CALLS_PER_TURN} calls")
         measured = await throughput.pipeline(deployment, api, runs)
     wanted = ("calls", "seconds", "calls_per_s", "cpu_ms_per_call", "redis_commands_per_call")
     return {name: measured[name] for name in wanted}
+
+
+async def _webhooks(
+    redis_url: str, api: str, runs: int, progress: Progress, name: str
+) -> dict[str, Any]:
+    """The pipeline beside a webhooks worker posting every event to one endpoint: a receiver
+    here that answers 200 at once (``-up``), or a port nobody listens on (``-down``)."""
+    received = {"deliveries": 0}
+
+    async def hook(request: web.Request) -> web.Response:
+        await request.read()
+        received["deliveries"] += 1
+        return web.Response(status=200)
+
+    runner = web.AppRunner(web.Application(), access_log=None)
+    runner.app.router.add_post("/hook", hook)
+    await runner.setup()
+    port = free_port()
+    if name.endswith("-up"):
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+    endpoint = {"name": "bench", "url": f"http://127.0.0.1:{port}/hook",
+                "secret": "bench-" + "s" * 32}
+    env = {"CALLGATE_WEBHOOK_ENDPOINTS": json.dumps([endpoint])}
+    try:
+        figures = await _pipeline(redis_url, env, api, runs, progress, name, {"webhooks": 1})
+    finally:
+        await runner.cleanup()
+    return {**figures, **received}
 
 
 async def _traced(
