@@ -17,7 +17,7 @@ from callgate.client import CallgateClient
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
 from tests.e2e.api_server import API_ENV, MORE_TRUST, api_deployment, token
-from tests.e2e.people import http
+from tests.e2e.people import connected
 
 CHROMIUM = "/usr/bin/chromium"
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -36,8 +36,7 @@ def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSy
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    await http(system, "booking", "POST", "/_reset")
-    async with CallgateClient(system.settings) as c:
+    async with connected(system, reset=("booking",)) as c:
         yield c
 
 

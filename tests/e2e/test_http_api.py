@@ -27,7 +27,7 @@ from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem
 from callgate.ops.trace import wall_clock
 from tests.e2e.api_server import API_ENV, MORE_TRUST, api_deployment, auth, bad_tokens
-from tests.e2e.people import TRAVEL, http, status, until
+from tests.e2e.people import TRAVEL, connected, http, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +43,7 @@ def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSy
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    await http(system, "booking", "POST", "/_reset")
-    async with CallgateClient(system.settings) as c:
+    async with connected(system, reset=("booking",)) as c:
         yield c
 
 

@@ -32,7 +32,7 @@ from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import worker_argv
 from callgate.ops.system import LocalSystem
 from callgate.webhooks.signing import SIGNATURE_HEADER, sign, verify
-from tests.e2e.people import approve, deployment, http, status, until
+from tests.e2e.people import approve, connected, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
@@ -90,8 +90,7 @@ def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
 
 @pytest.fixture
 async def client(system: LocalSystem) -> AsyncIterator[CallgateClient]:
-    await http(system, "booking", "POST", "/_reset")
-    async with CallgateClient(system.settings) as c:
+    async with connected(system, reset=("booking",)) as c:
         yield c
 
 
