@@ -126,16 +126,21 @@ async def test_a_pass_that_finds_the_lease_held_reads_nothing(
     assert await feed(redis, keys, sent, owner="w2").run_pass() == 2
 
 
+async def ended_long_ago(redis: aioredis.Redis, keys: Keys, run_id: str) -> None:
+    """``run_id`` in the runs index and its log ending ``completed``, past the ended grace."""
+    ended_ms = now_ms() - 2 * ENDED_GRACE_MS
+    await redis.zadd(keys.runs_index(0), {run_id: ended_ms - 1000})
+    await redis.xadd(keys.events(run_id), {"t": ended_ms, "type": "run.transition",
+                                           "d": orjson.dumps({"to": "completed", "from": ["x"]})},
+                     id=f"{ended_ms}-0")
+
+
 async def test_an_ended_run_leaves_the_watch_and_comes_back_when_it_waits_again(
     redis: aioredis.Redis, keys: Keys
 ) -> None:
     sent = Recorder()
     watch = keys.webhooks(0, "watch")
-    ended_ms = now_ms() - 2 * ENDED_GRACE_MS
-    await redis.zadd(keys.runs_index(0), {"r1": ended_ms - 1000})
-    await redis.xadd(keys.events("r1"), {"t": ended_ms, "type": "run.transition",
-                                         "d": orjson.dumps({"to": "completed", "from": ["x"]})},
-                     id=f"{ended_ms}-0")
+    await ended_long_ago(redis, keys, "r1")
     follower = feed(redis, keys, sent)
     await follower.run_pass()
     assert await redis.zscore(watch, "r1") is not None, "still watched in the pass it ended"
@@ -160,11 +165,7 @@ async def test_a_run_that_takes_a_reply_after_it_ended_is_followed_to_its_next_e
     run = RunRecord(run_id="r3", status=RunState.COMPLETED, api="openai-responses", model="m",
                     input="hi", turn=1)
     await seed(ledger, run)
-    ended_ms = now_ms() - 2 * ENDED_GRACE_MS
-    await redis.zadd(keys.runs_index(0), {"r3": ended_ms - 1000})
-    await redis.xadd(keys.events("r3"), {"t": ended_ms, "type": "run.transition",
-                                         "d": orjson.dumps({"to": "completed", "from": ["x"]})},
-                     id=f"{ended_ms}-0")
+    await ended_long_ago(redis, keys, "r3")
     follower = feed(redis, keys, sent)
     await follower.run_pass()
     await follower.run_pass()
