@@ -318,7 +318,8 @@ def require_calls(
 
 
 def _evalsha(tx: Tx) -> tuple[Any, ...]:
-    return ("evalsha", APPLY_SHA, len(tx.keys), *tx.keys, tx.payload(), tx.step)
+    keys, argv = tx.encode()
+    return ("evalsha", APPLY_SHA, len(keys), *keys, *argv)
 
 
 def _rejected(exc: ResponseError) -> Exception:

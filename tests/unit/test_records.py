@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from redis.crc import key_slot
 
-from callgate.ledger.tx import Tx, slot_of
+from callgate.ledger.tx import CODES, Tx, slot_of
 from callgate.records import (
     RAW_ARGUMENTS_MAX_BYTES,
     CallRecord,
@@ -287,20 +289,31 @@ def test_tx_refuses_keys_of_two_slots() -> None:
 
 
 def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
-    tx = (Tx().expect("{a}k", "state", "x", "y").expect_missing("{a}n")
+    tx = (Tx("a_step").expect("{a}k", "state", "x", "y").expect_missing("{a}n")
           .expect_field_missing("{a}k", "lock").expect("{a}k", "state", "x")
-          .hset("{a}k", {"f": 1}))
+          .hset("{a}k", {"f": 1, "g": b"\xff"}))
     keys, argv = tx.encode()
     assert keys == ["{a}k", "{a}n"]
-    assert argv == [
-        "1", "4",                                 # one read, four guards
-        "rd", "1", "state", "lock", None,         # {a}k's guarded fields, slots 1 and 2
-        "in", "1", "1", "x", "y", None,           # slot 1 is x or y
-        "nx", "2", None,
-        "fnx", "1", "2", None,                    # slot 2 is missing
-        "in", "1", "1", "x", None,
-        "hset", "1", "f", "1", None,
+    code = {name: number for number, name in enumerate(CODES, start=1)}
+    assert argv[0] == bytes([
+        0, 1, 0, 4,                               # one read, four guards
+        code["rd"], 0, 1, 0, 2,                   # {a}k's guarded fields, slots 1 and 2
+        code["in"], 0, 1, 0, 3,                   # slot 1 is x or y
+        code["nx"], 0, 2, 0, 0,
+        code["fnx"], 0, 1, 0, 1,                  # slot 2 is missing
+        code["in"], 0, 1, 0, 2,
+        code["hset"], 0, 1, 0, 4,
+    ])
+    assert argv[1:] == [
+        "state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff", "a_step",
     ]
+
+
+def test_the_script_and_the_builder_number_entries_alike() -> None:
+    lua = (resources.files("callgate.ledger.lua") / "apply.lua").read_text()
+    listed = re.search(r"local CODES = \{(.*?)\}", lua, re.S)
+    assert listed is not None
+    assert tuple(re.findall(r"'(\w+)'", listed.group(1))) == CODES
 
 
 def test_tx_splits_large_writes_and_rejects_bad_values() -> None:

@@ -1,11 +1,13 @@
 -- apply.lua: one guarded batch, all or nothing (Redis >= 6.2, plain EVAL/EVALSHA).
 --
--- Encoding (built by shared/tx.py): KEYS holds every key once; ARGV[1] is one JSON array of
--- strings: the number of reads R and of guards G, then entries `code, key_index, arg_1 .. arg_n,
--- null`: R reads (`rd`: the fields to HMGET), G guards (a field's guard names its read slot),
--- then the ops.  No number but those is parsed: a null ends an entry, and a key index is
--- looked up as the string it is (tonumber costs more than the rest of reading an entry).
--- ARGV[2] names the step (for MONITOR and SLOWLOG); unused here.
+-- Encoding (built by shared/ledger/tx.py): KEYS holds every key once.  ARGV[1] is the batch's
+-- shape, five bytes an entry after a four-byte header (the number of reads R and of guards G,
+-- two bytes each): the entry's code (an index into CODES), its key's index into KEYS and its
+-- number of arguments, the last two in two bytes each.  ARGV[2 ..] are the entries' arguments,
+-- one after another; the last ARGV names the step (for MONITOR and SLOWLOG), unused here.
+-- R reads (`rd`: the fields of one key to HMGET) come first, then G guards (a field's guard's
+-- first argument is its slot among the fields read), then the ops.  No JSON to decode and no
+-- number to parse but the guards' slots: Redis hands the script the arguments as they came.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
 -- its key (as the earlier ops of this batch will have left it, or as a guard's read proved
@@ -19,18 +21,26 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local argv = cjson.decode(ARGV[1])
-local nreads, nguards = tonumber(argv[1]), tonumber(argv[2])
-local KEY = {}       -- key index as written in ARGV[1] -> the key
-for i = 1, #KEYS do KEY[tostring(i)] = KEYS[i] end
-local entries = {}   -- {code, key index, first arg's position, number of args}
-local null, pos, size = cjson.null, 3, #argv
-while pos <= size do
-  local s = pos + 2
-  local e = s
-  while argv[e] ~= null do e = e + 1 end
-  entries[#entries + 1] = {argv[pos], argv[pos + 1], s, e - s}
-  pos = e + 1
+local CODES = {'rd', 'in', 'nx', 'ex', 'fnx', 'len', 'hset', 'hdel', 'hincrby', 'rpush', 'xadd',
+               'xaddcap', 'xack', 'expire', 'persist', 'zadd', 'zaddnx', 'zrem'}
+local argv, shape = ARGV, ARGV[1]
+-- Entry i: its code, key index, first argument's position and number of arguments, in four
+-- arrays rather than a table per entry (fewer allocations for Lua's collector to sweep).
+local CODE, KI, AT, N = {}, {}, {}, {}
+local count = 0
+local nreads = string.byte(shape, 1) * 256 + string.byte(shape, 2)
+local nguards = string.byte(shape, 3) * 256 + string.byte(shape, 4)
+local pos, at, size = 2, 5, #shape
+while at <= size do
+  local last = math.min(size, at + 4999)   -- string.byte returns each byte on Lua's stack
+  local b = {string.byte(shape, at, last)}
+  for j = 1, #b, 5 do
+    local ki, n = b[j + 1] * 256 + b[j + 2], b[j + 3] * 256 + b[j + 4]
+    count = count + 1
+    CODE[count], KI[count], AT[count], N[count] = CODES[b[j]], ki, pos, n
+    pos = pos + n
+  end
+  at = last + 1
 end
 local first_op = nreads + nguards + 1
 
@@ -39,8 +49,8 @@ local first_op = nreads + nguards + 1
 local got = {}
 local planned = {}   -- key index -> the type the key has (as read, or once earlier ops ran)
 for i = 1, nreads do
-  local ki, s, n = entries[i][2], entries[i][3], entries[i][4]
-  local reply = redis.pcall('HMGET', KEY[ki], unpack(argv, s, s + n - 1))
+  local ki, s, n = KI[i], AT[i], N[i]
+  local reply = redis.pcall('HMGET', KEYS[ki], unpack(argv, s, s + n - 1))
   if type(reply) == 'table' and reply.err then
     for _ = 1, n do got[#got + 1] = 'WRONGTYPE' end
   else
@@ -51,8 +61,8 @@ end
 
 -- Phase 1b: guards, judged on what was read.
 for i = nreads + 1, nreads + nguards do
-  local code, ki, s, n = entries[i][1], entries[i][2], entries[i][3], entries[i][4]
-  local key = KEY[ki]
+  local code, ki, s, n = CODE[i], KI[i], AT[i], N[i]
+  local key = KEYS[ki]
   if code == 'in' then
     local v = got[tonumber(argv[s])]
     local hit = false
@@ -105,8 +115,8 @@ end
 
 -- Only a key that an HINCRBY of this batch adds to needs its earlier writes followed.
 local counted = {}
-for i = first_op, #entries do
-  if entries[i][1] == 'hincrby' then counted[entries[i][2]] = true end
+for i = first_op, count do
+  if CODE[i] == 'hincrby' then counted[KI[i]] = true end
 end
 
 local function check_op(ki, key, code, s, n)
@@ -141,19 +151,18 @@ local function check_op(ki, key, code, s, n)
   return nil
 end
 
-for i = first_op, #entries do
-  local e = entries[i]
-  local why = check_op(e[2], KEY[e[2]], e[1], e[3], e[4])
+for i = first_op, count do
+  local why = check_op(KI[i], KEYS[KI[i]], CODE[i], AT[i], N[i])
   if why then
     local at = i - first_op + 1
-    return redis.error_reply('CGTX op ' .. at .. ' ' .. tostring(e[1]) .. ': ' .. why)
+    return redis.error_reply('CGTX op ' .. at .. ' ' .. tostring(CODE[i]) .. ': ' .. why)
   end
 end
 
 -- Phase 2: writes; nothing below can fail after the checks above.
 local ids = {}
-for i = first_op, #entries do
-  local code, key, s, n = entries[i][1], KEY[entries[i][2]], entries[i][3], entries[i][4]
+for i = first_op, count do
+  local code, key, s, n = CODE[i], KEYS[KI[i]], AT[i], N[i]
   if code == 'xadd' then
     ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
   elseif code == 'xaddcap' then
