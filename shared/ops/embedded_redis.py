@@ -87,6 +87,8 @@ class EmbeddedRedis:
     port: int = field(default_factory=free_port)
     """Where it listens: plaintext, or TLS only when ``tls`` is set."""
     appendonly: bool = False
+    appendfsync: str = "always"
+    """When the append-only file is fsynced (``always``, ``everysec``), if it is written."""
     directory: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="callgate-redis-"))
     )
@@ -138,7 +140,7 @@ class EmbeddedRedis:
         args += ["--logfile", str(self.directory / "redis.log")]
         if self.config_file is None:
             args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
-            args += ["--appendfsync", "always"]
+            args += ["--appendfsync", self.appendfsync]
         if self.aclfile is not None:
             args += ["--aclfile", str(self.aclfile)]
         if self.tls is None:

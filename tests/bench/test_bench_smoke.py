@@ -17,7 +17,9 @@ from callgate.ops.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.slow
 
-SMOKE_TIMEOUT_S = 110
+SMOKE_TIMEOUT_S = 240
+"""A guard against a hang, not a speed limit: about 60 s on a quiet 2-core VM, 115 s on a
+slower one (each scenario starts its own worker processes)."""
 
 
 def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) -> None:

@@ -2,7 +2,7 @@
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
                                throughput-tracing|throughput-webhook-up|throughput-webhook-down|
-                               executors|scale-out|recovery|memory|mcp|http …]
+                               instructions|executors|scale-out|recovery|memory|mcp|http …]
                    [--runs N]
                    [--json] [--smoke]
 
@@ -28,6 +28,7 @@ from callgate.keys import Keys
 from callgate.ops.bench import (
     executors,
     http_api,
+    instructions,
     latency,
     mcp_read,
     memory,
@@ -43,8 +44,8 @@ from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", *VARIANTS, "executors", "scale-out", "recovery", "memory",
-             "mcp", "http")
+SCENARIOS = ("latency", "throughput", *VARIANTS, "instructions", "executors", "scale-out",
+             "recovery", "memory", "mcp", "http")
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -67,6 +68,8 @@ SMOKE = {"runs": 4, "rss_runs": 8, "exec_calls": 60, "recovery_reps": 1, "retent
 """`--smoke`: every scenario and figure, tiny sizes (CI; says nothing about speed)."""
 LATENCY, SMOKE_LATENCY = "bench-latency", "bench-three-turns"
 """The latency scenario: 50 round trips, or 2 in a smoke run."""
+INSTRUCTION_RUNS = 50
+"""Runs the ``instructions`` scenario records and replays (about 2,200 steps)."""
 MCP_CALLS, MCP_SMOKE_CALLS = 500, 10
 """Reads per way in the ``mcp`` scenario."""
 
@@ -111,6 +114,9 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
                 summary[variant] = await variants.measure(variant, redis_url, opts.api,
                                                           opts.runs, progress)
         await asyncio.to_thread(supervisor.stop_all)
+        if "instructions" in chosen:
+            runs = min(opts.runs, INSTRUCTION_RUNS)
+            summary["instructions"] = await instructions.measure(opts.api, runs, progress)
         if chosen & {"executors", "recovery"}:
             raw = await executors.measure(redis_url, opts.exec_calls,
                                           opts.recovery_reps if "recovery" in chosen else 0,

@@ -5,7 +5,8 @@
   transport earns.
 * ``throughput-aof``: a private Redis with the append-only file written and fsynced on every
   write (``appendfsync always``), the setting that makes a recorded intent survive a power
-  cut (README: Performance): what that durability costs.
+  cut (README: Performance), beside one that fsyncs once a second (``everysec``, Redis's
+  default) on the same disk: what that durability costs.
 * ``throughput-tracing``: every worker tracing (``CALLGATE_TRACING=1``, every run sampled),
   exporting OTLP/HTTP to a receiver in this process that takes and drops what it is sent:
   what a span per model request, validation, tool call and run costs (README: Tracing).
@@ -43,10 +44,21 @@ async def measure(
         return await _traced(redis_url, api, runs, progress, variant)
     if variant.startswith("throughput-webhook-"):
         return await _webhooks(redis_url, api, runs, progress, variant)
-    aof = await asyncio.to_thread(EmbeddedRedis(appendonly=True).start)
+    everysec = await _durable("everysec", api, runs, progress, variant)
+    always = await _durable("always", api, runs, progress, variant)
+    return {**always, "everysec_calls_per_s": everysec["calls_per_s"],
+            "everysec_cpu_ms_per_call": everysec["cpu_ms_per_call"],
+            "always_vs_everysec": always["calls_per_s"] / everysec["calls_per_s"]}
+
+
+async def _durable(
+    fsync: str, api: str, runs: int, progress: Progress, name: str
+) -> dict[str, Any]:
+    """The pipeline on a private Redis writing its append-only file, fsynced ``fsync``."""
+    aof = await asyncio.to_thread(EmbeddedRedis(appendonly=True, appendfsync=fsync).start)
     try:
-        progress(f"{variant}: private Redis, appendonly yes, appendfsync always")
-        return await _pipeline(aof.url, {}, api, runs, progress, variant)
+        progress(f"{name}: private Redis, appendonly yes, appendfsync {fsync}")
+        return await _pipeline(aof.url, {}, api, runs, progress, f"{name} ({fsync})")
     finally:
         await asyncio.to_thread(aof.__exit__, None, None, None)
 
