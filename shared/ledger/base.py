@@ -186,14 +186,21 @@ class LedgerBase:
         return tx.xadd(self.keys.events(run_id), {"t": now_ms(), "type": type, "d": payload})
 
     def outbox(self, tx: Tx, stream: str, envelope: Any) -> Tx:
-        """Append the message a state change triggers, in the same atomic step (field ``d``)."""
-        return tx.xadd(stream, {"d": envelopes.encode(envelope)})
+        """Append the message a state change triggers, in the same atomic step (field ``d``).
+        A partition's streams are only ever streams (`Tx.vouch`)."""
+        return tx.vouch(stream).xadd(stream, {"d": envelopes.encode(envelope)})
+
+    def append_history(self, tx: Tx, run_id: str, items: Sequence[bytes]) -> Tx:
+        """Append provider-native items to the run's history, a list only the workers write
+        (`Tx.vouch`)."""
+        key = self.keys.history(run_id)
+        return tx.vouch(key).rpush(key, *items)
 
     def notify(self, tx: Tx, run_id: str, envelope: Any) -> Tx:
         """Append a notification for people (Slack, the inbox) to the run's notify stream,
         which keeps about ``notify_max_entries`` even when nobody reads it."""
         stream = self.keys.run_stream("notify", run_id)
-        return tx.xadd(stream, {"d": envelopes.encode(envelope)},
+        return tx.vouch(stream).xadd(stream, {"d": envelopes.encode(envelope)},
                        cap=self.settings.notify_max_entries)
 
     def tenant_copy(self, index_of: IndexOf, run_id: str) -> str | None:
@@ -216,18 +223,22 @@ class LedgerBase:
     ) -> Tx:
         """Add ``members`` of ``run_id`` to the partition index ``index_of`` and to its run's
         tenant's copy, in the same step."""
-        tx.zadd(index_of(self.keys.partition(run_id), None), members)
-        if (copy := self.tenant_copy(index_of, run_id)) is not None:
-            tx.zadd(copy, members)
+        for index in self._indexes(index_of, run_id):
+            tx.vouch(index).zadd(index, members)
         return tx
 
     def inbox_remove(self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str) -> Tx:
         """Take ``"<run_id> <item_id>"`` out of ``index_of`` and its tenant's copy (`inbox_add`)."""
-        member = f"{run_id} {item_id}"
-        tx.zrem(index_of(self.keys.partition(run_id), None), member)
-        if (copy := self.tenant_copy(index_of, run_id)) is not None:
-            tx.zrem(copy, member)
+        for index in self._indexes(index_of, run_id):
+            tx.vouch(index).zrem(index, f"{run_id} {item_id}")
         return tx
+
+    def _indexes(self, index_of: IndexOf, run_id: str) -> list[str]:
+        """The partition's index ``index_of`` and its run's tenant's copy, if any: sorted sets
+        only the workers write (`Tx.vouch`)."""
+        copy = self.tenant_copy(index_of, run_id)
+        partition = index_of(self.keys.partition(run_id), None)
+        return [partition] if copy is None else [partition, copy]
 
     def finish_run_ttl(
         self,
@@ -245,7 +256,8 @@ class LedgerBase:
         the runs index and the inbox go once its keys expired (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
-        tx.zrem(keys.deadlines(keys.partition(run_id)), run_id)
+        deadlines = keys.deadlines(keys.partition(run_id))
+        tx.vouch(deadlines).zrem(deadlines, run_id)
         for key in self.run_keys(run_id, call_ids, turns, approval_ids):
             tx.expire(key, self.settings.retention_s)
         return tx

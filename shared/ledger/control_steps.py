@@ -95,7 +95,7 @@ class ControlSteps(ResolveSteps):
                             expect_turn=run.turn,
                             fields={"turn": run.turn + 1, "max_turns": max_turns,
                                     "final_text": None, "reason": f"follow-up from {sender}"})
-        tx.rpush(self.keys.history(run.run_id), *user_items)
+        self.append_history(tx, run.run_id, user_items)
         await self._keep(tx, run)
         self.event(tx, run.run_id, "run.reply", reply_id=reply_id, sender=sender,
                    turn=run.turn + 1, input_items=len(user_items))

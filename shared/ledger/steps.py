@@ -83,7 +83,7 @@ class LoopSteps(ApprovalSteps):
         if run.deadline_ms is not None:
             tx.zadd(self.keys.deadlines(partition), {run.run_id: float(run.deadline_ms)})
         if history:
-            tx.rpush(self.keys.history(run.run_id), *items_json(history))
+            self.append_history(tx, run.run_id, items_json(history))
         self.event(tx, run.run_id, "run.created", api=run.api, model=run.model,
                    status=run.status.value, allowed_tools=run.allowed_tools)
         turn_1 = TurnRequest(run_id=run.run_id, turn=1, reason="start")
@@ -95,7 +95,8 @@ class LoopSteps(ApprovalSteps):
         """The raw response of this turn (``raw``: the record as JSON, or only what is kept
         of one over the limits), its usage and its event (every end of a turn)."""
         keys = self.keys
-        tx.hset(keys.raw_responses(run.run_id), {str(run.turn): raw})
+        raw_key = keys.raw_responses(run.run_id)
+        tx.vouch(raw_key).hset(raw_key, {str(run.turn): raw})
         tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
         tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
         return self.event(tx, run.run_id, "model.response", turn=run.turn,
@@ -121,7 +122,7 @@ class LoopSteps(ApprovalSteps):
         """End (or pause) the run at this turn; a terminal run's keys start to expire."""
         tx.step = "finish_turn"
         if assistant:
-            tx.rpush(self.keys.history(run.run_id), *assistant)
+            self.append_history(tx, run.run_id, assistant)
         self.run_transition(tx, run.run_id, [RunState.AWAITING_MODEL], status,
                             expect_turn=run.turn, fields=dict(fields), shown=dict(shown))
         if status in RUN_TERMINAL:
@@ -141,8 +142,9 @@ class LoopSteps(ApprovalSteps):
         for call in calls:
             self.create_call(tx, call)
         call_ids = [call.call_id for call in calls]
-        tx.rpush(self.keys.turn_calls(run.run_id, run.turn), *call_ids)
-        tx.rpush(self.keys.history(run.run_id), *assistant)
+        turn_calls = self.keys.turn_calls(run.run_id, run.turn)
+        tx.vouch(turn_calls).rpush(turn_calls, *call_ids)
+        self.append_history(tx, run.run_id, assistant)
         self.run_transition(tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING,
                             expect_turn=run.turn)
         request = ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids),
@@ -160,7 +162,7 @@ class LoopSteps(ApprovalSteps):
         """Append ``items`` to the history and request the next turn, guarded on this turn."""
         tx.step = "advance_turn"
         if items:
-            tx.rpush(self.keys.history(run.run_id), *items)
+            self.append_history(tx, run.run_id, items)
         self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
                             expect_turn=run.turn, fields={"turn": run.turn + 1})
         request = TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason=reason)

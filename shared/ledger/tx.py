@@ -48,6 +48,8 @@ CODES = ("rd", "in", "nx", "ex", "fnx", "len", "hset", "hdel", "hincrby", "rpush
 """Every entry's code, by its number in the shape (1-based); `apply.lua` holds the same list."""
 _CODE = {code: number for number, code in enumerate(CODES, start=1)}
 _READ = _CODE["rd"]
+_VOUCHED = 0x80
+"""Set in an op's code when the ledger vouches for its key's type (`Tx.vouch`)."""
 
 _FIELD_GUARDS = frozenset({"in", "fnx"})
 """Guards on one field of a hash: their fields are read in one HMGET per key."""
@@ -127,6 +129,7 @@ class Tx:
         self._read_fields: dict[int, dict[str, int]] = {}
         """Key index → its guarded fields, in first-use order → their position."""
         self._op_shape: list[int] = []
+        self._vouched: set[int] = set()
         self._op_args: list[Arg] = []
         self.ops = 0
         self.xadds = 0
@@ -192,6 +195,8 @@ class Tx:
         if not args:
             raise ValueError(f"{code} on {key!r} with nothing to write")
         number, index = _CODE[code], self._key(key)
+        if index in self._vouched:
+            number |= _VOUCHED
         if len(args) <= _MAX_ARGS_PER_OP:
             self._op_shape += _entry(number, index, len(args))
             self._op_args += args
@@ -228,6 +233,15 @@ class Tx:
     def expect_length(self, key: str, length: int) -> Tx:
         """List ``key`` must hold exactly ``length`` items; on failure ``actual`` is its length."""
         return self._guard(Guard("len", key, "", (str(length),)))
+
+    def vouch(self, key: str) -> Tx:
+        """The ledger guarantees ``key`` holds the type the following ops on it need (only the
+        workers write it, and only with ops of that type: a partition's streams, a run's
+        history), so the script need not ask its TYPE.  Never for a key another role can
+        write with other commands: a run's event log (the api user's SETNX and ZADD reach
+        it) keeps its check, so a planted wrong type is refused before the first write."""
+        self._vouched.add(self._key(key))
+        return self
 
     # Ops, applied in order once every guard holds.
     def hset(self, key: str, mapping: Mapping[str, Value]) -> Tx:

@@ -51,7 +51,7 @@ class Delivery:
         no round trip on it.  Nothing durable may follow that step.  If ``tx`` does not apply
         (a guard failed) the runner acks as usual once the handler returns."""
         if self.group and tx.slot in (None, slot_of(self.stream)):
-            tx.xack(self.stream, self.group, self.message_id)
+            tx.vouch(self.stream).xack(self.stream, self.group, self.message_id)
             self._settled_by = tx
         return tx
 

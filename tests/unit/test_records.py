@@ -309,6 +309,12 @@ def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
     ]
 
 
+def test_an_op_on_a_key_the_ledger_vouches_for_is_marked_in_its_code() -> None:
+    code = {name: number for number, name in enumerate(CODES, start=1)}
+    _, argv = Tx().xadd("{a}e", {"d": "x"}).vouch("{a}s").xadd("{a}s", {"d": "y"}).encode()
+    assert argv[0][4:] == bytes([code["xadd"], 0, 1, 0, 2, code["xadd"] | 0x80, 0, 2, 0, 2])
+
+
 def test_the_script_and_the_builder_number_entries_alike() -> None:
     lua = (resources.files("callgate.ledger.lua") / "apply.lua").read_text()
     listed = re.search(r"local CODES = \{(.*?)\}", lua, re.S)

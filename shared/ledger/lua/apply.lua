@@ -3,15 +3,17 @@
 -- Encoding (built by shared/ledger/tx.py): KEYS holds every key once.  ARGV[1] is the batch's
 -- shape, five bytes an entry after a four-byte header (the number of reads R and of guards G,
 -- two bytes each): the entry's code (an index into CODES), its key's index into KEYS and its
--- number of arguments, the last two in two bytes each.  ARGV[2 ..] are the entries' arguments,
+-- number of arguments, the last two in two bytes each.  An op's code has 128 added when the
+-- ledger vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  ARGV[2 ..] are the entries' arguments,
 -- one after another; the last ARGV names the step (for MONITOR and SLOWLOG), unused here.
 -- R reads (`rd`: the fields of one key to HMGET) come first, then G guards (a field's guard's
 -- first argument is its slot among the fields read), then the ops.  No JSON to decode and no
 -- number to parse but the guards' slots: Redis hands the script the arguments as they came.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
--- its key (as the earlier ops of this batch will have left it, or as a guard's read proved
--- it: HMGET, EXISTS and LLEN each tell what the key may be) and its arguments, so that no
+-- its key (as the earlier ops of this batch will have left it, as a guard's read proved it:
+-- HMGET, EXISTS and LLEN each tell what the key may be, or as the ledger vouches for it: a
+-- key only the workers write, with ops of its one type) and its arguments, so that no
 -- write of phase 2 can fail.  Redis never rolls a script back, so this is what makes the batch
 -- atomic: the only errors left in phase 2 are impossible ones (an XADD '*' on a stream whose
 -- last id is the maximum id) and OOM, which Redis checks before a script's *first* write only.
@@ -26,7 +28,7 @@ local CODES = {'rd', 'in', 'nx', 'ex', 'fnx', 'len', 'hset', 'hdel', 'hincrby', 
 local argv, shape = ARGV, ARGV[1]
 -- Entry i: its code, key index, first argument's position and number of arguments, in four
 -- arrays rather than a table per entry (fewer allocations for Lua's collector to sweep).
-local CODE, KI, AT, N = {}, {}, {}, {}
+local CODE, KI, AT, N, VOUCHED = {}, {}, {}, {}, {}
 local count = 0
 local nreads = string.byte(shape, 1) * 256 + string.byte(shape, 2)
 local nguards = string.byte(shape, 3) * 256 + string.byte(shape, 4)
@@ -36,8 +38,10 @@ while at <= size do
   local b = {string.byte(shape, at, last)}
   for j = 1, #b, 5 do
     local ki, n = b[j + 1] * 256 + b[j + 2], b[j + 3] * 256 + b[j + 4]
+    local code = b[j]
     count = count + 1
-    CODE[count], KI[count], AT[count], N[count] = CODES[b[j]], ki, pos, n
+    if code > 127 then code, VOUCHED[count] = code - 128, true end
+    CODE[count], KI[count], AT[count], N[count] = CODES[code], ki, pos, n
     pos = pos + n
   end
   at = last + 1
@@ -119,12 +123,14 @@ for i = first_op, count do
   if CODE[i] == 'hincrby' then counted[KI[i]] = true end
 end
 
-local function check_op(ki, key, code, s, n)
+local function check_op(ki, key, code, s, n, vouched)
   local need = NEEDS[code]
   if need == nil then return 'unknown op' end
   if need == false then return nil end
   local have = planned[ki]
-  if have == nil then have = redis.call('TYPE', key)['ok'] end
+  if have == nil then
+    if vouched then have = need else have = redis.call('TYPE', key)['ok'] end
+  end
   if have ~= 'none' and have ~= need then return 'key holds a ' .. have end
   planned[ki] = need
   if code == 'hset' and counted[ki] then
@@ -152,7 +158,7 @@ local function check_op(ki, key, code, s, n)
 end
 
 for i = first_op, count do
-  local why = check_op(KI[i], KEYS[KI[i]], CODE[i], AT[i], N[i])
+  local why = check_op(KI[i], KEYS[KI[i]], CODE[i], AT[i], N[i], VOUCHED[i])
   if why then
     local at = i - first_op + 1
     return redis.error_reply('CGTX op ' .. at .. ' ' .. tostring(CODE[i]) .. ': ' .. why)
