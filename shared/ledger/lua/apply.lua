@@ -4,11 +4,12 @@
 -- shape, five bytes an entry after a four-byte header (the number of reads R and of guards G,
 -- two bytes each): the entry's code (an index into CODES), its key's index into KEYS and its
 -- number of arguments, the last two in two bytes each.  An op's code has 128 added when the
--- ledger vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  ARGV[2 ..] are the entries' arguments,
--- one after another; the last ARGV names the step (for MONITOR and SLOWLOG), unused here.
--- R reads (`rd`: the fields of one key to HMGET) come first, then G guards (a field's guard's
--- first argument is its slot among the fields read), then the ops.  No JSON to decode and no
--- number to parse but the guards' slots: Redis hands the script the arguments as they came.
+-- ledger vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  ARGV[2 ..] are
+-- the entries' arguments, one after another; the last ARGV names the step (for MONITOR and
+-- SLOWLOG), unused here.  R reads (`rd`: the fields of one key to HMGET) come first, then G
+-- guards (a field's guard's first argument is its slot among the fields read), then the ops.
+-- No JSON to decode and no number to parse but the guards' slots: Redis hands the script the
+-- arguments as they came.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
 -- its key (as the earlier ops of this batch will have left it, as a guard's read proved it:
