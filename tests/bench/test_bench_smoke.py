@@ -15,7 +15,7 @@ import redis
 from callgate.ops.bench.report import TABLE_ROWS, TARGETS
 from callgate.ops.embedded_redis import EmbeddedRedis
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SMOKE_TIMEOUT_S = 240
 """A guard against a hang, not a speed limit: about 60 s on a quiet 2-core VM, 115 s on a
