@@ -11,15 +11,14 @@ from typing import Any, Literal
 
 import orjson
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
 from callgate.api import actions
 from callgate.api.callers import Caller
-from callgate.api.context import context_of, current_caller
+from callgate.api.context import ApiContext, context_of, current_caller
 from callgate.api.inbox import approval_item
 from callgate.api.problems import Problem
-from callgate.console.pages import LOGIN, csrf_of, problem_page, signed_in
+from callgate.console.pages import csrf_of, problem_page, signed_page
 from callgate.console.render import page
 
 router = APIRouter(include_in_schema=False)
@@ -48,15 +47,13 @@ def _done(request: Request, caller: Caller, verdict: actions.Verdict, status: in
 @router.get("/console/approvals/{approval_id}/{decision}")
 async def confirm_decision(request: Request, approval_id: str,
                            decision: Literal["approve", "deny"]) -> Response:
-    caller = await signed_in(request)
-    if caller is None:
-        return RedirectResponse(LOGIN, status_code=303)
-    record = await context_of(request).desk.find(approval_id)
-    if record is None:
-        return problem_page(request, Problem(404, f"no pending approval {approval_id} (decided, "
-                                    "expired or unknown)"), caller)
-    return page("confirm_decision.html", caller=caller, item=approval_item(record),
-                decision=decision, csrf=csrf_of(request))
+    async def gather(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+        record = await ctx.desk.find(approval_id)
+        if record is None:
+            raise Problem(404, f"no pending approval {approval_id} (decided, expired or unknown)")
+        return {"item": approval_item(record)}
+
+    return await signed_page(request, "confirm_decision.html", gather, decision=decision)
 
 
 @router.post("/console/approvals/{approval_id}/{decision}")
@@ -78,14 +75,14 @@ async def decide(request: Request, approval_id: str,
 @router.get("/console/runs/{run_id}/calls/{call_id}/resolve")
 async def confirm_resolve(request: Request, run_id: str, call_id: str,
                           outcome: Outcome) -> Response:
-    caller = await signed_in(request)
-    if caller is None:
-        return RedirectResponse(LOGIN, status_code=303)
-    call = await context_of(request).client.ledger.get_call(run_id, call_id)
-    if call is None:
-        return problem_page(request, Problem(404, f"no call {call_id} in run {run_id}"), caller)
-    return page("confirm_resolve.html", caller=caller, run_id=run_id, call=call,
-                outcome=outcome, csrf=csrf_of(request))
+    async def gather(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+        call = await ctx.client.ledger.get_call(run_id, call_id)
+        if call is None:
+            raise Problem(404, f"no call {call_id} in run {run_id}")
+        return {"call": call}
+
+    return await signed_page(request, "confirm_resolve.html", gather, run_id=run_id,
+                             outcome=outcome)
 
 
 @router.post("/console/runs/{run_id}/calls/{call_id}/resolve")
@@ -120,11 +117,12 @@ def _resolution(form: Any) -> actions.Resolve:
 @router.get("/console/runs/{run_id}/{act}")
 async def confirm_control(request: Request, run_id: str,
                           act: Literal["cancel", "resume"]) -> Response:
-    caller = await signed_in(request)
-    if caller is None:
-        return RedirectResponse(LOGIN, status_code=303)
-    return page("confirm_control.html", caller=caller, run_id=run_id, act=act,
-                csrf=csrf_of(request))
+    return await signed_page(request, "confirm_control.html", _nothing, run_id=run_id, act=act)
+
+
+async def _nothing(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
+    """A confirmation page that needs nothing read: the route names all it shows."""
+    return {}
 
 
 @router.post("/console/runs/{run_id}/{act}")

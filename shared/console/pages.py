@@ -47,7 +47,9 @@ def problem_page(request: Request, exc: Problem, caller: Caller | None) -> Respo
                 status_code=exc.status, detail=exc.detail)
 
 
-async def _page(request: Request, template: str, gather: Gather, live: str) -> Response:
+async def signed_page(request: Request, template: str, gather: Gather, **extra: Any) -> Response:
+    """``template`` with what ``gather`` finds (and ``extra``) for a signed-in caller; anyone
+    else is sent to sign in, and a refusal becomes the problem page."""
     caller = await signed_in(request)
     if caller is None:
         return RedirectResponse(LOGIN, status_code=303)
@@ -55,7 +57,7 @@ async def _page(request: Request, template: str, gather: Gather, live: str) -> R
         data = await gather(context_of(request), caller)
     except Problem as exc:
         return problem_page(request, exc, caller)
-    return page(template, caller=caller, live=live, csrf=csrf_of(request), **data)
+    return page(template, caller=caller, csrf=csrf_of(request), **extra, **data)
 
 
 def csrf_of(request: Request) -> str:
@@ -66,12 +68,13 @@ def csrf_of(request: Request) -> str:
 
 @router.get("/")
 async def runs_page(request: Request) -> Response:
-    return await _page(request, "runs.html", views.runs_list, "/console/live/runs")
+    return await signed_page(request, "runs.html", views.runs_list, live="/console/live/runs")
 
 
 @router.get("/console/inbox")
 async def inbox_page(request: Request) -> Response:
-    return await _page(request, "inbox.html", views.inbox_items, "/console/live/inbox")
+    return await signed_page(request, "inbox.html", views.inbox_items,
+                             live="/console/live/inbox")
 
 
 @router.get("/console/runs/{run_id}")
@@ -79,7 +82,7 @@ async def run_page(request: Request, run_id: str) -> Response:
     async def gather(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
         return await views.run_page(ctx, caller, run_id)
 
-    return await _page(request, "run.html", gather, f"/console/live/runs/{run_id}")
+    return await signed_page(request, "run.html", gather, live=f"/console/live/runs/{run_id}")
 
 
 @router.get("/console/live/runs")
