@@ -288,21 +288,24 @@ def test_tx_refuses_keys_of_two_slots() -> None:
     assert tx.slot == key_slot(b"cg:{p0}:run:a")
 
 
+CODE = {name: number for number, name in enumerate(CODES, start=1)}
+"""Each entry's code as the shape carries it."""
+
+
 def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
     tx = (Tx("a_step").expect("{a}k", "state", "x", "y").expect_missing("{a}n")
           .expect_field_missing("{a}k", "lock").expect("{a}k", "state", "x")
           .hset("{a}k", {"f": 1, "g": b"\xff"}))
     keys, argv = tx.encode()
     assert keys == ["{a}k", "{a}n"]
-    code = {name: number for number, name in enumerate(CODES, start=1)}
     assert argv[0] == bytes([
         0, 1, 0, 4,                               # one read, four guards
-        code["rd"], 0, 1, 0, 2,                   # {a}k's guarded fields, slots 1 and 2
-        code["in"], 0, 1, 0, 3,                   # slot 1 is x or y
-        code["nx"], 0, 2, 0, 0,
-        code["fnx"], 0, 1, 0, 1,                  # slot 2 is missing
-        code["in"], 0, 1, 0, 2,
-        code["hset"], 0, 1, 0, 4,
+        CODE["rd"], 0, 1, 0, 2,                   # {a}k's guarded fields, slots 1 and 2
+        CODE["in"], 0, 1, 0, 3,                   # slot 1 is x or y
+        CODE["nx"], 0, 2, 0, 0,
+        CODE["fnx"], 0, 1, 0, 1,                  # slot 2 is missing
+        CODE["in"], 0, 1, 0, 2,
+        CODE["hset"], 0, 1, 0, 4,
     ])
     assert argv[1:] == [
         "state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff", "a_step",
@@ -310,9 +313,8 @@ def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
 
 
 def test_an_op_on_a_key_the_ledger_vouches_for_is_marked_in_its_code() -> None:
-    code = {name: number for number, name in enumerate(CODES, start=1)}
     _, argv = Tx().xadd("{a}e", {"d": "x"}).vouch("{a}s").xadd("{a}s", {"d": "y"}).encode()
-    assert argv[0][4:] == bytes([code["xadd"], 0, 1, 0, 2, code["xadd"] | 0x80, 0, 2, 0, 2])
+    assert argv[0][4:] == bytes([CODE["xadd"], 0, 1, 0, 2, CODE["xadd"] | 0x80, 0, 2, 0, 2])
 
 
 def test_the_script_and_the_builder_number_entries_alike() -> None:
