@@ -197,11 +197,14 @@ class Tx:
         number, index = _CODE[code], self._key(key)
         if index in self._vouched:
             number |= _VOUCHED
+        if len(args) <= _MAX_ARGS_PER_OP:  # nearly every op: no slicing, no loop
+            self._op_shape += _entry(number, index, len(args))
+            self._op_args += args
+            self.ops += 1
+            return self
         chunk = _MAX_ARGS_PER_OP - _MAX_ARGS_PER_OP % step
-        parts = [args] if len(args) <= chunk else [
-            args[start : start + chunk] for start in range(0, len(args), chunk)
-        ]
-        for part in parts:
+        for start in range(0, len(args), chunk):
+            part = args[start : start + chunk]
             self._op_shape += _entry(number, index, len(part))
             self._op_args += part
             self.ops += 1
