@@ -73,6 +73,11 @@ class Settings(BaseSettings):
         description="Transport of the ledger's hot commands: a bare hiredis connection, or "
         "plain redis-py.  TLS and Unix sockets always use redis-py.",
     )
+    group_steps: bool = Field(
+        default=True,
+        description="Group commit: the ledger steps a worker issues together go to Redis as "
+        "one script call (each still applied or refused alone); off: a script call a step.",
+    )
 
     # Tracing (shared/telemetry, README "Tracing"); the rest is the standard OTEL_* variables.
     tracing: bool = Field(

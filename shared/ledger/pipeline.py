@@ -15,9 +15,10 @@ answering it.  With ``CALLGATE_WIRE=redis-py``, or a client that is not plain TC
 Unix socket), every flush takes redis-py's pipeline instead; replies are the same either way,
 and which transport runs is logged once.
 
-What does not change: each command is still a separate command (no MULTI around a batch; a
-Lua step stays atomic on its own, and independent of its neighbours), and each caller gets
-its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
+What does not change: each command is still a separate command (no MULTI around a batch),
+except that the flush's ledger steps go as one script call per slot (group commit,
+`callgate.ledger.group`), where each step stays atomic on its own and independent of its
+neighbours; and each caller gets its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
 connection fails every request of that flush, exactly as it would have failed each of them.
 Commands of one caller keep their order.  Blocking commands (XREADGROUP BLOCK, XREAD BLOCK)
 must not go through here.
@@ -32,23 +33,28 @@ from typing import Any, Literal, TypeVar
 
 import redis.asyncio as aioredis
 
-from callgate.ledger.wire import WIRE_COMMANDS, Wire, WireAddress, wire_address
+from callgate.ledger.group import merge_steps
+from callgate.ledger.wire import WIRE_COMMANDS, Replies, Wire, WireAddress, wire_address
 
 log = logging.getLogger("callgate.ledger")
 Transport = Literal["hiredis", "redis-py"]
 
 Command = tuple[Any, ...]
-"""``(pipeline method name, *args)``, e.g. ``("hgetall", key)``."""
+"""``(pipeline method name, *args)``, e.g. ``("hgetall", key)``, or ``("apply", tx)``: a
+ledger step, which goes with the flush's other steps in one script call (`merge_steps`)."""
 
-Batch = list[tuple[Sequence[Command], asyncio.Future[list[Any]]]]
+Batch = list[tuple[Sequence[Command], Replies]]
 T = TypeVar("T")
 
 
 class AutoPipeline:
     """Coalesces the requests of one event loop iteration into one pipelined round trip."""
 
-    def __init__(self, redis: aioredis.Redis, transport: Transport = "hiredis") -> None:
+    def __init__(
+        self, redis: aioredis.Redis, transport: Transport = "hiredis", *, group: bool = True
+    ) -> None:
         self._redis = redis
+        self._group = group
         self._address: WireAddress | None = None
         if transport == "hiredis":
             self._address = wire_address(redis)
@@ -68,8 +74,11 @@ class AutoPipeline:
         reply of a command that failed, or the exception that failed the whole flush.
 
         `ValueError` for a command that is not one of the ledger's (`WIRE_COMMANDS`)."""
+        steps = sum(1 for command in commands if command[0] == "apply")
+        if steps and steps != len(commands):
+            raise ValueError("a request is either ledger steps or other commands, not both")
         for command in commands:
-            if command[0] not in WIRE_COMMANDS:
+            if command[0] not in WIRE_COMMANDS and not steps:
                 raise ValueError(f"{command[0]!r} is not a ledger command; use the client")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
@@ -89,9 +98,10 @@ class AutoPipeline:
 
     def _flush(self) -> None:
         self._scheduled = False
-        batch, self._queue = self._queue, []
-        if not batch:
+        queued, self._queue = self._queue, []
+        if not queued:
             return
+        batch = merge_steps(queued, group=self._group)
         if self._address is not None:
             wire = self._wire
             if wire is not None and wire.usable():

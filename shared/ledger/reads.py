@@ -9,10 +9,8 @@ place, `redis_errors()`, so workers decide retry from the error alone.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any, TypeVar
 
 import orjson
@@ -27,13 +25,12 @@ from callgate.errors import NotFoundError, RedisUnavailableError, TxRejectedErro
 from callgate.facts import DecideFacts, DecideRunFacts, ExecFacts, ProposedCall
 from callgate.keys import Keys
 from callgate.ledger.base import LedgerBase
+from callgate.ledger.group import APPLY_LUA
 from callgate.ledger.pipeline import AutoPipeline, Command
 from callgate.ledger.tx import Tx, TxResult
 from callgate.records import CallRecord, Event, RunRecord
 from callgate.states import CallState, RunState
 
-APPLY_LUA = (resources.files("callgate.ledger.lua") / "apply.lua").read_text(encoding="utf-8")
-APPLY_SHA = hashlib.sha1(APPLY_LUA.encode()).hexdigest()
 T = TypeVar("T")
 
 
@@ -56,7 +53,7 @@ class Reads(LedgerBase):
     def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
         super().__init__(keys, settings)
         self.redis = redis
-        self.pipe = AutoPipeline(redis, settings.wire)
+        self.pipe = AutoPipeline(redis, settings.wire, group=settings.group_steps)
         """Every ledger command goes through here: one round trip per event loop iteration."""
 
     async def aclose(self) -> None:
@@ -98,11 +95,11 @@ class Reads(LedgerBase):
         sent again; they then run after the others of the batch, which is harmless because
         the Txs of one batch are independent by contract.
         """
-        replies = await self._cmds([_evalsha(tx) for tx in txs])
+        replies = await self._cmds([("apply", tx) for tx in txs])
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
             await self._client(self.redis.script_load(APPLY_LUA))
-            again = await self._cmds([_evalsha(txs[i]) for i in retry])
+            again = await self._cmds([("apply", txs[i]) for i in retry])
             for i, reply in zip(retry, again, strict=True):
                 replies[i] = reply
         results = []
@@ -315,11 +312,6 @@ def require_calls(
     if missing:
         raise NotFoundError(f"run {run_id}: no record of calls {missing}")
     return [call for call in found if call is not None]
-
-
-def _evalsha(tx: Tx) -> tuple[Any, ...]:
-    keys, argv = tx.encode()
-    return ("evalsha", APPLY_SHA, len(keys), *keys, *argv)
 
 
 def _rejected(exc: ResponseError) -> Exception:

@@ -3,14 +3,16 @@
 A step of the loop is "if these fields still hold these values, write all of this", e.g. a call
 moves ``approved → executing`` and its event and outbox message are appended in the same
 atomic step.  `Tx` only *builds* that batch (pure, no I/O); `Ledger.apply`
-(`callgate.ledger.store`) sends it as one EVALSHA.  Every key of one Tx must hash to the same
+(`callgate.ledger.store`) sends it, in one EVALSHA with the steps that other tasks of the same
+event loop issued meanwhile (`callgate.ledger.group`).  Every key of one Tx must hash to the same
 Redis Cluster slot, which the key builder guarantees for one run (`callgate.keys`); mixing slots
 raises at once, here, rather than as CROSSSLOT on a cluster in production.
 
-Encoding: KEYS = every key once; ARGV[1] = the batch's shape, five bytes an entry after a
-four-byte header (the number of reads R and of guards G): the entry's code (its index in
-`CODES`), its key's index in KEYS and its number of arguments; then every entry's arguments,
-one after another; last, the step's name (`Tx.step`), which the script ignores.  R reads
+Encoding: its keys, each once; its first argument is the batch's shape, five bytes an entry
+after a four-byte header (the number of reads R and of guards G): the entry's code (its index
+in `CODES`), its key's index among its keys and its number of arguments; then every entry's
+arguments, one after another (`callgate.ledger.group` puts one or more such steps, and their
+names, in one script call).  R reads
 (``rd``: the fields of one key that guards look at, fetched with one HMGET) come first, then G
 guards (a field's guard names its read slot instead of the field), then the ops.  Grouping
 the reads here, not in the script, keeps the script's own work small: a command a script runs
@@ -301,10 +303,11 @@ class Tx:
         return self._op("zrem", key, [_arg(m) for m in members])
 
     def encode(self) -> tuple[list[str], list[Arg]]:
-        """KEYS and ARGV (the shape, every entry's arguments, the step's name)."""
+        """Its keys and its arguments (the shape, then every entry's arguments), as a step of
+        a script call (`callgate.ledger.group` puts one or more in one)."""
         shape, args = self._guard_entries()
         shape += self._op_shape
-        return self.keys, [bytes(shape), *args, *self._op_args, self.step]
+        return self.keys, [bytes(shape), *args, *self._op_args]
 
     def result(self, reply: Any) -> TxResult:
         """Read the script's reply for this Tx."""

@@ -18,7 +18,7 @@ import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import hiredis
 import redis.asyncio as aioredis
@@ -90,12 +90,20 @@ def wire_address(redis: aioredis.Redis) -> WireAddress | None:
     )
 
 
+class Replies(Protocol):
+    """Where a request's replies go: its caller's future, or what hands them on to several
+    callers (`callgate.ledger.group`)."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: list[Any], /) -> None: ...
+    def set_exception(self, exception: BaseException, /) -> None: ...
+    def cancel(self) -> bool: ...
+
+
 class _Waiting:
     __slots__ = ("future", "replies", "transforms")
 
-    def __init__(
-        self, future: asyncio.Future[list[Any]], transforms: list[Callable[[Any], Any] | None]
-    ) -> None:
+    def __init__(self, future: Replies, transforms: list[Callable[[Any], Any] | None]) -> None:
         self.future = future
         self.transforms = transforms
         self.replies: list[Any] = []
@@ -181,9 +189,7 @@ class Wire(asyncio.Protocol):
         except RuntimeError:
             return False
 
-    def send(
-        self, batch: Sequence[tuple[Sequence[tuple[Any, ...]], asyncio.Future[list[Any]]]]
-    ) -> None:
+    def send(self, batch: Sequence[tuple[Sequence[tuple[Any, ...]], Replies]]) -> None:
         """Write every request of ``batch``; each future gets its requests' replies.
 
         A request that cannot be packed (an argument Redis has no form for) fails alone,

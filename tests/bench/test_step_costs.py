@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from callgate.ops.bench import cost, throughput
-from callgate.ops.bench.harness import Deployment, run_spec
 from callgate.ops.embedded_redis import EmbeddedRedis
 
 pytestmark = pytest.mark.slow
@@ -28,12 +27,10 @@ bench-parallel: five turns of two parallel reads, then the answer."""
 
 
 async def test_each_step_runs_the_commands_it_ran_before() -> None:
+    calls_per_run = throughput.TURNS * throughput.CALLS_PER_TURN
     with EmbeddedRedis() as own:
-        async with Deployment(own.url, progress=lambda _: None) as deployment:
-            await deployment.run_batch(run_spec(API, throughput.WARM_UP), 1, 60.0)
-            calls_per_run = throughput.TURNS * throughput.CALLS_PER_TURN
-            table = await cost.step_costs(deployment, API, throughput.SCENARIO, 2,
-                                          calls_per_run)
+        table = await cost.step_costs(own.url, API, throughput.SCENARIO, throughput.WARM_UP, 2,
+                                      calls_per_run, progress=lambda _: None)
     steps = {name: row for name, row in table["steps"].items() if name != cost.OTHER_SCRIPT}
     got = {name: (round(row["runs_per_call"], 3), row["commands_per_run"])
            for name, row in steps.items()}

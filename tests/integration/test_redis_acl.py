@@ -28,7 +28,7 @@ from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.envelopes import OutcomeUnknown, encode
 from callgate.keys import Keys
-from callgate.ledger.reads import APPLY_SHA
+from callgate.ledger.group import APPLY_SHA
 from callgate.ops.embedded_redis import free_port
 from callgate.ops.stack import WORKERS
 from callgate.ops.system import LocalSystem, SystemSpec

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from redis.crc import key_slot
 
+from callgate.ledger.group import APPLY_SHA, step_command
 from callgate.ledger.tx import CODES, Tx, slot_of
 from callgate.records import (
     RAW_ARGUMENTS_MAX_BYTES,
@@ -308,8 +309,19 @@ def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
         CODE["hset"], 0, 1, 0, 4,
     ])
     assert argv[1:] == [
-        "state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff", "a_step",
+        "state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff",
     ]
+
+
+def test_a_script_call_carries_its_steps_one_after_another_and_names_them_last() -> None:
+    first = Tx("take_call").expect("{a}c", "state", "allowed").hset("{a}c", {"state": "x"})
+    second = Tx("settle_call").hset("{a}d", {"f": "1"}).hset("{a}c", {"g": "2"})
+    command = step_command([first, second])
+    assert command[:3] == ("evalsha", APPLY_SHA, 3)
+    assert command[3:6] == ("{a}c", "{a}d", "{a}c")  # each step's own keys, in its own order
+    header, *argv = command[6:]
+    assert header == bytes([0, 1, 0, 0, 0, 6, 0, 2, 0, 0, 0, 5])  # keys, then arguments
+    assert argv == [*first.encode()[1], *second.encode()[1], "take_call+settle_call"]
 
 
 def test_an_op_on_a_key_the_ledger_vouches_for_is_marked_in_its_code() -> None:

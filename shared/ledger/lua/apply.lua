@@ -1,136 +1,140 @@
--- apply.lua: one guarded batch, all or nothing (Redis >= 6.2, plain EVAL/EVALSHA).
+-- apply.lua: guarded steps, each all or nothing (Redis >= 6.2, plain EVAL/EVALSHA).
 --
--- Encoding (built by shared/ledger/tx.py): KEYS holds every key once.  ARGV[1] is the batch's
--- shape, five bytes an entry after a four-byte header (the number of reads R and of guards G,
--- two bytes each): the entry's code (an index into CODES), its key's index into KEYS and its
--- number of arguments, the last two in two bytes each.  An op's code has 128 added when the
--- ledger vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  ARGV[2 ..] are
--- the entries' arguments, one after another; the last ARGV names the step (for MONITOR and
--- SLOWLOG), unused here.  R reads (`rd`: the fields of one key to HMGET) come first, then G
--- guards (a field's guard's first argument is its slot among the fields read), then the ops.
--- No JSON to decode and no number to parse but the guards' slots: Redis hands the script the
--- arguments as they came.
+-- One call of the script applies one or more independent steps in order: group commit, the
+-- steps a worker's event loop issues together go as one script call (shared/ledger/group.py).
+-- ARGV[1] is the group's header, six bytes a step: its number of keys (two bytes) and of
+-- arguments (four bytes, its shape included).  KEYS holds each step's keys, step after step,
+-- and ARGV[2 ..] each step's arguments; the last ARGV names the steps (for MONITOR and
+-- SLOWLOG), unused here.  A step is applied whole or not at all, whatever its neighbours do:
+-- one whose guard fails, whose op check refuses it or which meets an error stops there, and
+-- the next step runs as if each had been its own script call.
+--
+-- A step (built by shared/ledger/tx.py): its first argument is its shape, five bytes an entry
+-- after a four-byte header (the number of reads R and of guards G, two bytes each): the
+-- entry's code (an index into CODES), its key's index among the step's keys and its number of
+-- arguments, the last two in two bytes each.  An op's code has 128 added when the ledger
+-- vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  The entries'
+-- arguments follow, one after another.  R reads (`rd`: the fields of one key to HMGET) come
+-- first, then G guards (a field's guard's first argument is its slot among the fields read),
+-- then the ops.  No JSON to decode and no number to parse but the guards' slots: Redis hands
+-- the script the arguments as they came.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
--- its key (as the earlier ops of this batch will have left it, as a guard's read proved it:
+-- its key (as the earlier ops of this step will have left it, as a guard's read proved it:
 -- HMGET, EXISTS and LLEN each tell what the key may be, or as the ledger vouches for it: a
--- key only the workers write, with ops of its one type) and its arguments, so that no
--- write of phase 2 can fail.  Redis never rolls a script back, so this is what makes the batch
--- atomic: the only errors left in phase 2 are impossible ones (an XADD '*' on a stream whose
--- last id is the maximum id) and OOM, which Redis checks before a script's *first* write only.
+-- key only the workers write, with ops of its one type) and its arguments, so that no write
+-- of phase 2 can fail.  Redis never rolls a script back, so this is what makes a step atomic:
+-- the only errors left in phase 2 are impossible ones (an XADD '*' on a stream whose last id
+-- is the maximum id) and OOM, which Redis checks before a script's *first* write only.
 --
--- Replies: {1, {stream ids of the XADDs, in order}} | {0, guard_index, actual or nil}
---          | error "CGTX op <i> <code>: <why>" when an op could not be applied.
+-- Reply: one entry a step, in order: {1, {stream ids of the XADDs, in order}}
+--   | {0, guard_index, actual or nil} | {2, "CGTX op <i> <code>: <why>" or Redis's error}.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
 local CODES = {'rd', 'in', 'nx', 'ex', 'fnx', 'len', 'hset', 'hdel', 'hincrby', 'rpush', 'xadd',
                'xaddcap', 'xack', 'expire', 'persist', 'zadd', 'zaddnx', 'zrem'}
-local argv, shape = ARGV, ARGV[1]
--- Entry i: its code, key index, first argument's position and number of arguments, in four
--- arrays rather than a table per entry (fewer allocations for Lua's collector to sweep).
-local CODE, KI, AT, N, VOUCHED = {}, {}, {}, {}, {}
-local count = 0
-local nreads = string.byte(shape, 1) * 256 + string.byte(shape, 2)
-local nguards = string.byte(shape, 3) * 256 + string.byte(shape, 4)
-local pos, at, size = 2, 5, #shape
-while at <= size do
-  local last = math.min(size, at + 4999)   -- string.byte returns each byte on Lua's stack
-  local b = {string.byte(shape, at, last)}
-  for j = 1, #b, 5 do
-    local ki, n = b[j + 1] * 256 + b[j + 2], b[j + 3] * 256 + b[j + 4]
-    local code = b[j]
-    count = count + 1
-    if code > 127 then code, VOUCHED[count] = code - 128, true end
-    CODE[count], KI[count], AT[count], N[count] = CODES[code], ki, pos, n
-    pos = pos + n
-  end
-  at = last + 1
-end
-local first_op = nreads + nguards + 1
-
--- Phase 1a: reads.  Each key's guarded fields come in one HMGET (grouped by tx.py), into
--- `got` by slot; a key that is not a hash makes its fields read 'WRONGTYPE'.
-local got = {}
-local planned = {}   -- key index -> the type the key has (as read, or once earlier ops ran)
-for i = 1, nreads do
-  local ki, s, n = KI[i], AT[i], N[i]
-  local reply = redis.pcall('HMGET', KEYS[ki], unpack(argv, s, s + n - 1))
-  if type(reply) == 'table' and reply.err then
-    for _ = 1, n do got[#got + 1] = 'WRONGTYPE' end
-  else
-    for j = 1, n do got[#got + 1] = reply[j] end
-    planned[ki] = 'hash'  -- or absent: either takes a hash's ops
-  end
-end
-
--- Phase 1b: guards, judged on what was read.
-for i = nreads + 1, nreads + nguards do
-  local code, ki, s, n = CODE[i], KI[i], AT[i], N[i]
-  local key = KEYS[ki]
-  if code == 'in' then
-    local v = got[tonumber(argv[s])]
-    local hit = false
-    if v then
-      for j = s + 1, s + n - 1 do
-        if argv[j] == v then hit = true break end
-      end
-    end
-    if not hit then return {0, i - nreads, v} end
-  elseif code == 'nx' then
-    if redis.call('EXISTS', key) == 1 then
-      return {0, i - nreads, redis.call('TYPE', key)['ok']}
-    end
-    planned[ki] = 'none'
-  elseif code == 'ex' then
-    if redis.call('EXISTS', key) == 0 then return {0, i - nreads, false} end
-  elseif code == 'fnx' then
-    local v = got[tonumber(argv[s])]
-    if v then return {0, i - nreads, v} end
-  elseif code == 'len' then
-    local len = redis.pcall('LLEN', key)
-    if type(len) == 'table' and len.err then
-      return {0, i - nreads, redis.call('TYPE', key)['ok']}
-    end
-    if tostring(len) ~= argv[s] then return {0, i - nreads, tostring(len)} end
-    if len > 0 then planned[ki] = 'list' else planned[ki] = 'none' end
-  else
-    return redis.error_reply('CGTX guard ' .. (i - nreads) .. ' ' .. tostring(code)
-                             .. ': unknown guard')
-  end
-end
-
--- Phase 1c: op targets and arguments.
 local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
                xaddcap = 'stream', xack = 'stream', persist = false,
                zadd = 'zset', zaddnx = 'zset', zrem = 'zset', expire = false}
-local fields = {}    -- key index -> {field -> value after the earlier ops (false = deleted)},
-                     -- for the keys an HINCRBY checks
 local MAX_INT = 9.2e18
+local argv = ARGV
+
+-- The step being applied: entry i's code, key, first argument's position and number of
+-- arguments, in arrays rather than a table per entry (fewer allocations for Lua's collector
+-- to sweep); the type each key has (as read, or once earlier ops ran); for the keys an
+-- HINCRBY checks, their fields' values after the earlier ops (false = deleted).
+local CODE, KEY, AT, N, VOUCHED, planned, fields, counted
 
 local function is_int(v)
   return v == '0' or (string.match(v, '^-?[1-9]%d*$') ~= nil and #v <= 20)
 end
 
-local function field_value(ki, key, field)
+-- Decode the shape at argv[ab]; returns the number of reads, of guards and of entries.
+local function decode(kb, ab)
+  local shape = argv[ab]
+  CODE, KEY, AT, N, VOUCHED = {}, {}, {}, {}, {}
+  local count = 0
+  local pos, at, size = ab + 1, 5, #shape
+  while at <= size do
+    local last = math.min(size, at + 4999)   -- string.byte returns each byte on Lua's stack
+    local b = {string.byte(shape, at, last)}
+    for j = 1, #b, 5 do
+      local n, code = b[j + 3] * 256 + b[j + 4], b[j]
+      count = count + 1
+      if code > 127 then code, VOUCHED[count] = code - 128, true end
+      CODE[count], KEY[count], AT[count], N[count] = CODES[code],
+        kb + b[j + 1] * 256 + b[j + 2], pos, n
+      pos = pos + n
+    end
+    at = last + 1
+  end
+  return string.byte(shape, 1) * 256 + string.byte(shape, 2),
+         string.byte(shape, 3) * 256 + string.byte(shape, 4), count
+end
+
+-- Phase 1a: reads.  Each key's guarded fields come in one HMGET (grouped by tx.py), into
+-- `got` by slot; a key that is not a hash makes its fields read 'WRONGTYPE'.
+local function read(nreads)
+  local got = {}
+  for i = 1, nreads do
+    local ki, s, n = KEY[i], AT[i], N[i]
+    local reply = redis.pcall('HMGET', KEYS[ki], unpack(argv, s, s + n - 1))
+    if type(reply) == 'table' and reply.err then
+      for _ = 1, n do got[#got + 1] = 'WRONGTYPE' end
+    else
+      for j = 1, n do got[#got + 1] = reply[j] end
+      planned[ki] = 'hash'  -- or absent: either takes a hash's ops
+    end
+  end
+  return got
+end
+
+-- Phase 1b: guards, judged on what was read.  Returns the failure reply, or nil.
+local function guard(i, g, got)
+  local code, ki, s, n = CODE[i], KEY[i], AT[i], N[i]
+  local key = KEYS[ki]
+  if code == 'in' then
+    local v = got[tonumber(argv[s])]
+    if v then
+      for j = s + 1, s + n - 1 do
+        if argv[j] == v then return nil end
+      end
+    end
+    return {0, g, v}
+  elseif code == 'nx' then
+    if redis.call('EXISTS', key) == 1 then return {0, g, redis.call('TYPE', key)['ok']} end
+    planned[ki] = 'none'
+  elseif code == 'ex' then
+    if redis.call('EXISTS', key) == 0 then return {0, g, false} end
+  elseif code == 'fnx' then
+    local v = got[tonumber(argv[s])]
+    if v then return {0, g, v} end
+  elseif code == 'len' then
+    local len = redis.pcall('LLEN', key)
+    if type(len) == 'table' and len.err then return {0, g, redis.call('TYPE', key)['ok']} end
+    if tostring(len) ~= argv[s] then return {0, g, tostring(len)} end
+    if len > 0 then planned[ki] = 'list' else planned[ki] = 'none' end
+  else
+    return {2, 'CGTX guard ' .. g .. ' ' .. tostring(code) .. ': unknown guard'}
+  end
+  return nil
+end
+
+local function field_value(ki, field)
   local overlay = fields[ki]
   if overlay and overlay[field] ~= nil then return overlay[field] end
-  return redis.call('HGET', key, field)
+  return redis.call('HGET', KEYS[ki], field)
 end
 
--- Only a key that an HINCRBY of this batch adds to needs its earlier writes followed.
-local counted = {}
-for i = first_op, count do
-  if CODE[i] == 'hincrby' then counted[KI[i]] = true end
-end
-
-local function check_op(ki, key, code, s, n, vouched)
+-- Phase 1c: an op's target and arguments.  Returns why the op cannot be applied, or nil.
+local function check_op(ki, code, s, n, vouched)
   local need = NEEDS[code]
   if need == nil then return 'unknown op' end
   if need == false then return nil end
   local have = planned[ki]
   if have == nil then
-    if vouched then have = need else have = redis.call('TYPE', key)['ok'] end
+    if vouched then have = need else have = redis.call('TYPE', KEYS[ki])['ok'] end
   end
   if have ~= 'none' and have ~= need then return 'key holds a ' .. have end
   planned[ki] = need
@@ -141,7 +145,7 @@ local function check_op(ki, key, code, s, n, vouched)
     fields[ki] = fields[ki] or {}
     for j = s, s + n - 1 do fields[ki][argv[j]] = false end
   elseif code == 'hincrby' then
-    local cur = field_value(ki, key, argv[s]) or '0'
+    local cur = field_value(ki, argv[s]) or '0'
     if type(cur) == 'number' then cur = string.format('%.0f', cur) end
     if not is_int(cur) then return 'field ' .. argv[s] .. ' is not an integer' end
     local sum = tonumber(cur) + tonumber(argv[s + 1])
@@ -158,26 +162,61 @@ local function check_op(ki, key, code, s, n, vouched)
   return nil
 end
 
-for i = first_op, count do
-  local why = check_op(KI[i], KEYS[KI[i]], CODE[i], AT[i], N[i], VOUCHED[i])
-  if why then
-    local at = i - first_op + 1
-    return redis.error_reply('CGTX op ' .. at .. ' ' .. tostring(CODE[i]) .. ': ' .. why)
+-- Phase 2: writes; nothing here can fail after the checks above.
+local function write(first_op, count)
+  local ids = {}
+  for i = first_op, count do
+    local code, key, s, n = CODE[i], KEYS[KEY[i]], AT[i], N[i]
+    if code == 'xadd' then
+      ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
+    elseif code == 'xaddcap' then
+      ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*',
+                                 unpack(argv, s + 1, s + n - 1))
+    elseif code == 'zaddnx' then
+      redis.call('ZADD', key, 'NX', unpack(argv, s, s + n - 1))
+    else
+      redis.call(code, key, unpack(argv, s, s + n - 1))
+    end
   end
+  return {1, ids}
 end
 
--- Phase 2: writes; nothing below can fail after the checks above.
-local ids = {}
-for i = first_op, count do
-  local code, key, s, n = CODE[i], KEYS[KI[i]], AT[i], N[i]
-  if code == 'xadd' then
-    ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
-  elseif code == 'xaddcap' then
-    ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*', unpack(argv, s + 1, s + n - 1))
-  elseif code == 'zaddnx' then
-    redis.call('ZADD', key, 'NX', unpack(argv, s, s + n - 1))
-  else
-    redis.call(code, key, unpack(argv, s, s + n - 1))
+-- One step: its keys follow KEYS[kb], its arguments start at argv[ab] (its shape).
+local function apply_step(kb, ab)
+  local nreads, nguards, count = decode(kb, ab)
+  planned, fields, counted = {}, {}, {}
+  local got = read(nreads)
+  for i = nreads + 1, nreads + nguards do
+    local failed = guard(i, i - nreads, got)
+    if failed then return failed end
   end
+  local first_op = nreads + nguards + 1
+  -- Only a key that an HINCRBY of this step adds to needs its earlier writes followed.
+  for i = first_op, count do
+    if CODE[i] == 'hincrby' then counted[KEY[i]] = true end
+  end
+  for i = first_op, count do
+    local why = check_op(KEY[i], CODE[i], AT[i], N[i], VOUCHED[i])
+    if why then
+      return {2, 'CGTX op ' .. (i - first_op + 1) .. ' ' .. tostring(CODE[i]) .. ': ' .. why}
+    end
+  end
+  return write(first_op, count)
 end
-return {1, ids}
+
+-- The group: each step in a protected call, so an error in one (an impossible one, see
+-- above) ends that step alone, as it would have ended its own script call.
+local header, replies = argv[1], {}
+local kb, ab = 0, 2
+for s = 1, #header, 6 do
+  local h = {string.byte(header, s, s + 5)}
+  local ok, reply = pcall(apply_step, kb, ab)
+  if not ok then
+    if type(reply) == 'table' then reply = reply.err end
+    reply = {2, tostring(reply)}
+  end
+  replies[#replies + 1] = reply
+  kb = kb + h[1] * 256 + h[2]
+  ab = ab + ((h[3] * 256 + h[4]) * 256 + h[5]) * 256 + h[6]
+end
+return replies

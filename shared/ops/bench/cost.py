@@ -3,7 +3,8 @@ in all and by ledger step.
 
 The totals come from Redis's own ``INFO commandstats`` around the measured window, so they
 count every command the system sent (arq, upkeep, the stream reads), not only the steps.
-The table by step comes from a separate, smaller batch watched with ``MONITOR``: each
+The table by step comes from a separate, smaller batch, on a deployment of its own that sends
+each step alone (group commit off), watched with ``MONITOR``: each
 ``EVALSHA`` names its step (`Tx.step`, the script's last argument) and the commands a script
 runs are printed right after it, since a script runs alone.  ``MONITOR`` slows Redis down, so
 that batch is never the timed one.  The counts of a step are deterministic: the same step on
@@ -21,8 +22,13 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from callgate.ops.bench.harness import Deployment, run_spec
+from callgate.ops.stack import Progress
 
 _STEP_NAME = re.compile(r"[a-z][a-z_]*")
+UNGROUPED = {"CALLGATE_GROUP_STEPS": "0"}
+"""The watched deployment sends each step in a script call of its own, so MONITOR shows which
+commands a step ran (a script's commands follow its EVALSHA).  Group commit, on everywhere
+else, changes no step's commands: it only sends several steps in one EVALSHA."""
 OTHER_SCRIPT = "(other scripts)"
 """Scripts that are not ledger steps (arq's, the stream loop's reclaim)."""
 
@@ -109,16 +115,20 @@ async def watched(redis: aioredis.Redis, work: Callable[[], Awaitable[Any]]) -> 
 
 
 async def step_costs(
-    deployment: Deployment, api: str, scenario: str, runs: int, calls_per_run: int
+    redis_url: str, api: str, scenario: str, warm_up: str, runs: int, calls_per_run: int,
+    progress: Progress,
 ) -> dict[str, Any]:
-    """Watch ``runs`` runs of ``scenario``: the cost table by step and what ran outside."""
-    assert deployment.redis is not None
-    spec = run_spec(api, scenario)
+    """Watch ``runs`` runs of ``scenario``, after one ``warm_up`` run, on a deployment of their
+    own with group commit off (`UNGROUPED`): the cost table by step and what ran outside."""
+    async with Deployment(redis_url, env=UNGROUPED, progress=progress) as deployment:
+        assert deployment.redis is not None
+        await deployment.run_batch(run_spec(api, warm_up), 1, timeout_s=120.0)
+        spec = run_spec(api, scenario)
 
-    async def batch() -> None:
-        await deployment.run_batch(spec, runs, timeout_s=120.0)
+        async def batch() -> None:
+            await deployment.run_batch(spec, runs, timeout_s=120.0)
 
-    watch = await watched(deployment.redis, batch)
+        watch = await watched(deployment.redis, batch)
     calls = runs * calls_per_run
     return {
         "runs": runs,

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import redis
 
-from callgate.ledger.reads import APPLY_LUA, APPLY_SHA
+from callgate.ledger.group import APPLY_LUA, APPLY_SHA
 from callgate.ops.bench import throughput
 from callgate.ops.bench.harness import Deployment
 from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server, free_port
@@ -35,22 +35,27 @@ _ESCAPES = {b"n": 10, b"r": 13, b"t": 9, b"a": 7, b"b": 8, b'"': 34, b"\\": 92}
 _PIPELINE = 50
 _START_TIMEOUT_S = 120
 
+_LINE_LIMIT = 64 * 2**20
+"""A MONITOR line is one script call: up to `MAX_GROUP_STEPS` steps with all their values."""
 
 async def measure(api: str, runs: int, progress: Progress) -> dict[str, Any]:
     """Redis instructions per ledger step and per tool call, for ``runs`` throughput runs."""
     if shutil.which("valgrind") is None:
         progress("instructions: valgrind is not installed; skipped")
         return {"skipped": "valgrind is not installed"}
-    steps, calls = await _capture(api, runs, progress)
-    progress(f"instructions: replaying {len(steps)} steps under callgrind")
-    replayed = await asyncio.to_thread(_replay, steps)
-    names = Counter(step[-1].decode() for step in steps)
+    scripts, calls = await _capture(api, runs, progress)
+    progress(f"instructions: replaying {len(scripts)} script calls under callgrind")
+    replayed = await asyncio.to_thread(_replay, scripts)
+    names = Counter(name for script in scripts for name in script[-1].decode().split("+"))
+    steps = sum(names.values())
     return {
-        "steps": len(steps),
+        "script_calls": len(scripts),
+        "steps": steps,
         "calls": calls,
-        "steps_per_call": len(steps) / calls,
+        "steps_per_call": steps / calls,
+        "steps_per_script_call": steps / len(scripts),
         "failed_steps": replayed["failed"],
-        "instructions_per_step": replayed["instructions"] / len(steps),
+        "instructions_per_step": replayed["instructions"] / steps,
         "instructions_per_call": replayed["instructions"] / calls,
         "steps_by_name": dict(names.most_common()),
         "redis_server": replayed["server"],
@@ -61,7 +66,8 @@ async def _capture(api: str, runs: int, progress: Progress) -> tuple[list[list[b
     """The apply EVALSHAs of ``runs`` runs on a private Redis, in order, and the tool calls."""
     server = await asyncio.to_thread(EmbeddedRedis().start)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port,
+                                                       limit=_LINE_LIMIT)
         writer.write(b"MONITOR\r\n")
         await writer.drain()
         lines: list[bytes] = []
@@ -133,7 +139,9 @@ def _replay(steps: list[list[bytes]]) -> dict[str, Any]:
             for argv in steps[start : start + _PIPELINE]:
                 pipe.evalsha(APPLY_SHA, int(argv[2]), *cast(list[str], argv[3:]))
             replies = pipe.execute(raise_on_error=False)
-            failed += sum(1 for r in replies if isinstance(r, Exception) or r[0] != 1)
+            for reply in replies:  # a reply a step, or the call's own error
+                steps_replied = reply if isinstance(reply, list) else [reply]
+                failed += sum(1 for r in steps_replied if not isinstance(r, list) or r[0] != 1)
         client.shutdown(nosave=True)
     finally:
         client.close()

@@ -62,7 +62,8 @@ async def measure(
     floor_rates.append(_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN)))
     watched = min(WATCHED_RUNS, runs)
     progress(f"throughput: Redis commands by step ({watched} runs under MONITOR)")
-    by_step = await cost.step_costs(deployment, api, SCENARIO, watched, TURNS * CALLS_PER_TURN)
+    by_step = await cost.step_costs(deployment.system.settings.redis_url, api, SCENARIO,
+                                    WARM_UP, watched, TURNS * CALLS_PER_TURN, progress)
     return {**measured, "floor_calls_per_s": max(floor_rates), "redis_by_step": by_step}
 
 
