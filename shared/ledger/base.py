@@ -22,7 +22,7 @@ from callgate.keys import IndexOf, Keys
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord, encode_fields, result_code
 from callgate.redact import redact
-from callgate.states import CallState, RunState, check_call, check_run
+from callgate.states import RUN_TERMINAL, CallState, RunState, check_call, check_run
 
 
 class CallRef(Protocol):
@@ -112,6 +112,11 @@ class LedgerBase:
         sources = _cas(
             tx, check_run, RunRecord, key, "status", from_states, to_state, fields, guards
         )
+        if RUN_TERMINAL.isdisjoint(sources):
+            # The step applies only to a live run, whose event log is a stream: start_run
+            # wrote it with the run, keys expire only from the step that ends a run, and the
+            # steps that revive one write an event checked as usual.  No TYPE needed.
+            tx.vouch(self.keys.events(run_id))
         data: dict[str, Any] = {
             "from": sources,
             "to": str(to_state),

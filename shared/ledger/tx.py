@@ -241,8 +241,16 @@ class Tx:
         workers write it, and only with ops of that type: a partition's streams, a run's
         history), so the script need not ask its TYPE.  Never for a key another role can
         write with other commands: a run's event log (the api user's SETNX and ZADD reach
-        it) keeps its check, so a planted wrong type is refused before the first write."""
-        self._vouched.add(self._key(key))
+        it) keeps its check, so a planted wrong type is refused before the first write —
+        unless the step's guards prove the run live (`LedgerBase.run_transition`).  Vouches
+        for the ops on ``key`` appended before, too."""
+        index = self._key(key)
+        if index not in self._vouched:
+            self._vouched.add(index)
+            shape = self._op_shape
+            for at in range(0, len(shape), 5):
+                if shape[at + 1] << 8 | shape[at + 2] == index:
+                    shape[at] |= _VOUCHED
         return self
 
     # Ops, applied in order once every guard holds.

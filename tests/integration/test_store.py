@@ -163,20 +163,6 @@ async def test_a_late_op_that_would_fail_leaves_no_earlier_write(
     assert await redis.hgetall(keys.run("run-1")) == before
 
 
-async def test_an_event_log_planted_with_another_type_stops_the_run_before_its_first_write(
-    ledger: Ledger, keys: Keys, redis: aioredis.Redis
-) -> None:
-    """The api user may SETNX and ZADD a run's event-log key (its refusal events go there),
-    so before the run exists it could plant another type there: the script still asks that
-    key's TYPE, and the start is refused whole, not left half written."""
-    events, turns = keys.events("run-1"), keys.run_stream("turns", "run-1")
-    await redis.zadd(events, {"planted": 1})
-    with pytest.raises(TxRejectedError, match="xadd: key holds a zset"):
-        await ledger.apply(ledger.start_run(_run(), [{"role": "user", "content": "hi"}]))
-    assert await redis.exists(keys.run("run-1"), keys.history("run-1"), turns) == 0
-    assert await redis.zscore(keys.runs_index(0, None), "run-1") is None
-
-
 async def test_op_checks_see_the_batch_itself(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
