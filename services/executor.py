@@ -91,10 +91,16 @@ class Executor:
             tx = self.ledger.orphaned_write(message, facts.attempts, message.chain)
             await self.ledger.apply(delivery.ack_with(tx))
             return None
-        with spans.execute_tool(tool.name, message.call_id, origin=tool.origin,
-                                effect=tool.effect.value, effect_source=tool.effect_source,
-                                attempt=facts.attempts + 1, arguments=facts.call.arguments,
-                                sensitive=tool.sensitive_fields):
+        with spans.execute_tool(
+            tool.name,
+            message.call_id,
+            origin=tool.origin,
+            effect=tool.effect.value,
+            effect_source=tool.effect_source,
+            attempt=facts.attempts + 1,
+            arguments=facts.call.arguments,
+            sensitive=tool.sensitive_fields,
+        ):
             return await self._take_and_run(message, facts, tool, delivery)
 
     async def _take_and_run(
@@ -119,8 +125,9 @@ class Executor:
             outcome = gate
         crash_point("executor.after_request")
         spans.note_outcome(outcome.state, outcome.result, tool.sensitive_fields)
-        settle = self.ledger.settle_call(message, attempt, outcome, message.chain,
-                                         tool.sensitive_fields)
+        settle = self.ledger.settle_call(
+            message, attempt, outcome, message.chain, tool.sensitive_fields
+        )
         await asyncio.shield(self.ledger.apply(delivery.ack_with(settle)))
         crash_point("executor.after_persist")
         return None
@@ -136,8 +143,10 @@ class Executor:
             ctx = self._context(message, facts, attempt)
             sent = tool.validate(facts.call.arguments)  # exactly what goes out
         except ValidationError as exc:
-            return _refused("invalid_arguments",
-                            f"the recorded call does not validate ({exc.error_count()} errors)")
+            return _refused(
+                "invalid_arguments",
+                f"the recorded call does not validate ({exc.error_count()} errors)",
+            )
         role = tool.approval(ctx.identity, sent)  # the validator's question, asked again
         consume = facts.call.approval_id
         if role is not None or consume is not None:
@@ -150,11 +159,16 @@ class Executor:
         return Cleared(ctx, sent, consume)
 
     def _context(self, message: ExecRequest, facts: ExecFacts, attempt: int) -> ToolContext:
-        return context_of(message.run_id, message.call_id, message.turn, facts.run.identity,
-                          self.session, attempt)
+        return context_of(
+            message.run_id, message.call_id, message.turn, facts.run.identity, self.session, attempt
+        )
 
     async def _approval_error(
-        self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], sent: BaseModel,
+        self,
+        message: ExecRequest,
+        facts: ExecFacts,
+        tool: Tool[Any],
+        sent: BaseModel,
         role: str | None,
     ) -> str | None:
         """Why the call may not run under its approval: a signed approval must bind exactly
@@ -192,13 +206,20 @@ class Executor:
         if approval.decision_token is None:
             return "the approval carries no signed decision"
         try:
-            decided = verify_decision(approval.decision_token, self.rt.trust.current(),
-                                      now=(approval.decided_ms or 0) / 1000)
+            decided = verify_decision(
+                approval.decision_token,
+                self.rt.trust.current(),
+                now=(approval.decided_ms or 0) / 1000,
+            )
             claims = read_approval_claims(decided.claims)
         except AuthError as exc:
             return f"the approval's decision does not verify: {exc.reason}"
         if (claims.act, claims.run, claims.apr, claims.call, claims.hash) != (
-            "approve", call.run_id, approval.approval_id, call.call_id, sent,
+            "approve",
+            call.run_id,
+            approval.approval_id,
+            call.call_id,
+            sent,
         ):
             return "the signed decision does not approve these arguments"
         if approval.approver_role not in decided.roles:
@@ -224,9 +245,16 @@ class Executor:
             return _tool_crashed(tool, exc, args)
         finally:
             # Debug: the run's event log already has every call's start and outcome, timed.
-            log.debug("executed", extra=log_fields(
-                run_id=ctx.run_id, call_id=ctx.call_id, tool=tool.name, attempt=ctx.attempt,
-                elapsed_ms=round((time.perf_counter() - started) * 1000, 1)))
+            log.debug(
+                "executed",
+                extra=log_fields(
+                    run_id=ctx.run_id,
+                    call_id=ctx.call_id,
+                    tool=tool.name,
+                    attempt=ctx.attempt,
+                    elapsed_ms=round((time.perf_counter() - started) * 1000, 1),
+                ),
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,16 +311,22 @@ async def _dead_letter(runtime: Runtime, letter: DeadLetter) -> None:
     if isinstance(order, ExecRequest):
         call = await runtime.ledger.get_call(order.run_id, order.call_id)
         tool = None if call is None else runtime.registry.get(call.tool)
-        if call is not None and tool is not None and call.turn == order.turn and (
-            call.state == CallState.EXECUTING
+        if (
+            call is not None
+            and tool is not None
+            and call.turn == order.turn
+            and (call.state == CallState.EXECUTING)
         ):
             if tool.is_write:
                 tx = runtime.ledger.orphaned_write(order, call.attempts, order.chain)
                 await runtime.ledger.apply(tx)
                 return
             why = _refused("unavailable", f"{tool.name} was not settled: {letter.reason}")
-            await runtime.ledger.apply(runtime.ledger.settle_call(
-                order, call.attempts, why, order.chain, tool.sensitive_fields))
+            await runtime.ledger.apply(
+                runtime.ledger.settle_call(
+                    order, call.attempts, why, order.chain, tool.sensitive_fields
+                )
+            )
     await fail_bound_run(runtime, letter, (ExecRequest,))
 
 

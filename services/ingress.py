@@ -63,14 +63,22 @@ def _selected_tools(registry: ToolRegistry, spec: RunSpec) -> list[str]:
     validator = getattr(spec.acceptance, "validator", None)  # a `ValidatorRule`
     if validator is not None and validator not in registry.validators:
         known = ", ".join(sorted(registry.validators)) or "none"
-        raise RunSpecError([f"acceptance.validator: {validator!r} is not a registered "
-                            f"validator (registered: {known})"])
+        raise RunSpecError(
+            [
+                f"acceptance.validator: {validator!r} is not a registered "
+                f"validator (registered: {known})"
+            ]
+        )
     if spec.allowed_tools is None:
         return list(registry.names())
     missing = registry.unknown(spec.allowed_tools)
     if missing:
-        raise RunSpecError([f"allowed_tools: {', '.join(missing)} not registered in this "
-                            f"deployment (registered: {registry.describe()})"])
+        raise RunSpecError(
+            [
+                f"allowed_tools: {', '.join(missing)} not registered in this "
+                f"deployment (registered: {registry.describe()})"
+            ]
+        )
     return list(dict.fromkeys(spec.allowed_tools))
 
 
@@ -114,22 +122,31 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
         crash_point("ingress.after_create")
     else:
         await _same_request(rt, run)
-    log.info("run started" if result.ok else "run exists already",
-             extra=log_fields(run_id=run_id, api=run.api, model=run.model))
+    log.info(
+        "run started" if result.ok else "run exists already",
+        extra=log_fields(run_id=run_id, api=run.api, model=run.model),
+    )
     return {"run_id": run_id, "created": result.ok}
 
 
 async def _admitted(rt: Runtime, start: StartJob, run_id: str) -> Admitted:
     """`admit`, and an identity token's one use recorded: a second run with it is refused (the
     same run again, a redelivered job, finds its own record)."""
-    admitted = admit(start, run_id, rt.trust.current(), now=now_ms() / 1000,
-                     token_max_age_s=rt.settings.identity_token_max_age_s)
+    admitted = admit(
+        start,
+        run_id,
+        rt.trust.current(),
+        now=now_ms() / 1000,
+        token_max_age_s=rt.settings.identity_token_max_age_s,
+    )
     use = admitted.token_use
     if use is not None and run_id != await rt.ledger.use_identity_token(
         use.token_id, run_id, use.expires_ms
     ):
-        raise AuthError("identity token already used: each starts one run; "
-                        "get a new one from the identity provider")
+        raise AuthError(
+            "identity token already used: each starts one run; "
+            "get a new one from the identity provider"
+        )
     return admitted
 
 
@@ -177,12 +194,16 @@ def queues(settings: Settings) -> list[QueueSpec]:
         for offset_s, sweep in enumerate((sweep_deadlines, sweep_approvals, sweep_public_queue))
     ]
     return [
-        QueueSpec(queue_name(settings), [
-            func(start_run, name=START_RUN),
-            func(reply_run, name=REPLY_RUN, max_tries=ENQUEUED_MAX_TRIES),
-        ]),
-        QueueSpec(internal_queue_name(settings), [func(expire_approval, name=EXPIRE_APPROVAL)],
-                  sweeps),
+        QueueSpec(
+            queue_name(settings),
+            [
+                func(start_run, name=START_RUN),
+                func(reply_run, name=REPLY_RUN, max_tries=ENQUEUED_MAX_TRIES),
+            ],
+        ),
+        QueueSpec(
+            internal_queue_name(settings), [func(expire_approval, name=EXPIRE_APPROVAL)], sweeps
+        ),
     ]
 
 

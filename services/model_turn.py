@@ -104,14 +104,19 @@ class ModelTurn:
         match message:
             case TurnRequest():
                 carried = self._carry.requested.take((message.run_id, message.turn))
-                await decide(carried, lambda: self._turn_facts(message),
-                             lambda facts: self._take_turn(message, facts, delivery), where)
+                await decide(
+                    carried,
+                    lambda: self._turn_facts(message),
+                    lambda facts: self._take_turn(message, facts, delivery),
+                    where,
+                )
             case CallResult():
                 started = self._carry.started.get((message.run_id, message.turn))
                 if started is not None:
                     started.note(message)
-                await self._joins.join((message.run_id, message.turn),
-                                       lambda: self._join(message, delivery, where))
+                await self._joins.join(
+                    (message.run_id, message.turn), lambda: self._join(message, delivery, where)
+                )
             case _:
                 raise EnvelopeError(f"model_turn does not handle {message.kind!r}")
 
@@ -142,8 +147,10 @@ class ModelTurn:
             case StartCalls():
                 applied = await self._start_calls(tx, run, step, outcome, facts, delivery)
             case AskToFix():
-                items = [*outcome.record.assistant_items,
-                         *self.adapter(run.api).correction_items(step.message)]
+                items = [
+                    *outcome.record.assistant_items,
+                    *self.adapter(run.api).correction_items(step.message),
+                ]
                 self.ledger.answer_rejected(tx, run, items_json(items), step.message)
                 applied = await self._apply(tx, delivery)
             case RetryModel():
@@ -181,17 +188,26 @@ class ModelTurn:
             raw, flooded = self._kept(outcome)
             acceptance_error = None
             if isinstance(outcome.event, FinalAnswer) and flooded is None:
-                acceptance_error = check_acceptance(run.acceptance, outcome.event.text,
-                                                    self.registry.validators)
-            step = after_model(run, outcome.event, attempt=attempt,
-                               max_retries=self.rt.settings.model_max_retries,
-                               acceptance_error=acceptance_error, over_limits=flooded)
+                acceptance_error = check_acceptance(
+                    run.acceptance, outcome.event.text, self.registry.validators
+                )
+            step = after_model(
+                run,
+                outcome.event,
+                attempt=attempt,
+                max_retries=self.rt.settings.model_max_retries,
+                acceptance_error=acceptance_error,
+                over_limits=flooded,
+            )
             if not isinstance(step, RetryModel):
                 return outcome, step, raw
-            await self.ledger.apply(self.ledger.note_retry(run, attempt, step.reason,
-                                                           step.delay_s))
-            log.info("model retry", extra=log_fields(run_id=run.run_id, turn=run.turn,
-                                                     reason=step.reason, delay_s=step.delay_s))
+            await self.ledger.apply(self.ledger.note_retry(run, attempt, step.reason, step.delay_s))
+            log.info(
+                "model retry",
+                extra=log_fields(
+                    run_id=run.run_id, turn=run.turn, reason=step.reason, delay_s=step.delay_s
+                ),
+            )
             await asyncio.sleep(step.delay_s)
 
     def _kept(self, outcome: TurnOutcome) -> tuple[bytes, str | None]:
@@ -199,17 +215,24 @@ class ModelTurn:
         summary is kept: a flood is not stored, nor ever resent)."""
         raw = orjson.dumps(outcome.record)  # as `to_json()`, without deep-copying it
         settings = self.rt.settings
-        flooded = over_limits(outcome.event, len(raw), max_calls=settings.max_calls_per_turn,
-                              max_bytes=settings.max_response_bytes)
+        flooded = over_limits(
+            outcome.event,
+            len(raw),
+            max_calls=settings.max_calls_per_turn,
+            max_bytes=settings.max_response_bytes,
+        )
         if flooded is None:
             return raw, None
-        kept = {"provider": outcome.record.provider, "api": outcome.record.api,
-                "response_id": outcome.record.response_id, "omitted": flooded}
+        kept = {
+            "provider": outcome.record.provider,
+            "api": outcome.record.api,
+            "response_id": outcome.record.response_id,
+            "omitted": flooded,
+        }
         return orjson.dumps(kept), flooded
 
     async def _finish(
-        self, tx: Tx, run: RunRecord, step: Finish, outcome: TurnOutcome | None,
-        delivery: Delivery,
+        self, tx: Tx, run: RunRecord, step: Finish, outcome: TurnOutcome | None, delivery: Delivery
     ) -> TxResult:
         fields: dict[str, str] = {}
         if step.text is not None:
@@ -218,40 +241,58 @@ class ModelTurn:
             fields["reason"] = step.reason  # a refusal's reason is the model's own words
         shown = fields
         if fields and marks_sensitive(self.registry, run.allowed_tools):
-            shown = echo_free(fields, await self.ledger.run_calls(run.run_id, run.turn),
-                              self.registry)
+            shown = echo_free(
+                fields, await self.ledger.run_calls(run.run_id, run.turn), self.registry
+            )
         assistant: list[bytes] = []
         if outcome is not None and step.status == RunState.COMPLETED:
             assistant = items_json(outcome.record.assistant_items)
-        await self.ledger.finish_turn(tx, run, step.status, fields=fields, shown=shown,
-                                      assistant=assistant)
+        await self.ledger.finish_turn(
+            tx, run, step.status, fields=fields, shown=shown, assistant=assistant
+        )
         applied = await self._apply(tx, delivery)
         if applied.ok:
             spans.run_ended(run, step.status)
         return applied
 
     async def _start_calls(
-        self, tx: Tx, run: RunRecord, step: StartCalls, outcome: TurnOutcome, facts: TurnFacts,
+        self,
+        tx: Tx,
+        run: RunRecord,
+        step: StartCalls,
+        outcome: TurnOutcome,
+        facts: TurnFacts,
         delivery: Delivery,
     ) -> TxResult:
         created = now_ms()
         calls = [
-            CallRecord(run_id=run.run_id, call_id=f"t{run.turn}.{index}", turn=run.turn,
-                       index=index, provider_call_id=call.provider_call_id, tool=call.name,
-                       arguments=call.arguments, raw_arguments=call.raw_arguments,
-                       created_ms=created, updated_ms=created)
+            CallRecord(
+                run_id=run.run_id,
+                call_id=f"t{run.turn}.{index}",
+                turn=run.turn,
+                index=index,
+                provider_call_id=call.provider_call_id,
+                tool=call.name,
+                arguments=call.arguments,
+                raw_arguments=call.raw_arguments,
+                created_ms=created,
+                updated_ms=created,
+            )
             for index, call in enumerate(step.calls)
         ]
         assistant = items_json(outcome.record.assistant_items)
         self.ledger.start_calls(tx, run, calls, assistant, self._decide_facts(run, calls))
-        validating = run.model_copy(update={
-            "status": RunState.VALIDATING,
-            "usage_input_tokens": run.usage_input_tokens + outcome.record.input_tokens,
-            "usage_output_tokens": run.usage_output_tokens + outcome.record.output_tokens,
-        })
+        validating = run.model_copy(
+            update={
+                "status": RunState.VALIDATING,
+                "usage_input_tokens": run.usage_input_tokens + outcome.record.input_tokens,
+                "usage_output_tokens": run.usage_output_tokens + outcome.record.output_tokens,
+            }
+        )
         key = (run.run_id, run.turn)
-        started = self._carry.started.put(key, Started(validating, tuple(calls),
-                                                       [*facts.history, *assistant]))
+        started = self._carry.started.put(
+            key, Started(validating, tuple(calls), [*facts.history, *assistant])
+        )
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:
@@ -266,8 +307,9 @@ class ModelTurn:
         such a value is kept in the ledger's records only, never in a message."""
         if not self.rt.settings.carry or marks_sensitive(self.registry, (c.tool for c in calls)):
             return None
-        return DecideFacts(run=DecideRunFacts.of(run),
-                           calls=tuple(ProposedCall.of(c) for c in calls))
+        return DecideFacts(
+            run=DecideRunFacts.of(run), calls=tuple(ProposedCall.of(c) for c in calls)
+        )
 
     async def _refuse_reused_ids(
         self, run: RunRecord, step: StartCalls, outcome: TurnOutcome, delivery: Delivery
@@ -278,10 +320,12 @@ class ModelTurn:
             run.run_id, [c.provider_call_id for c in step.calls]
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
-        tx = self.ledger.model_response(Tx("finish_turn"), run, outcome.record, outcome.event.kind,
-                                        self._kept(outcome)[0])
-        await self._finish(tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome,
-                           delivery)
+        tx = self.ledger.model_response(
+            Tx("finish_turn"), run, outcome.record, outcome.event.kind, self._kept(outcome)[0]
+        )
+        await self._finish(
+            tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome, delivery
+        )
 
     async def _apply(self, tx: Tx, delivery: Delivery) -> TxResult:
         return await self.ledger.apply(delivery.ack_with(tx))
@@ -299,13 +343,15 @@ class ModelTurn:
             # others note theirs before deciding they are not in hand.
             await asyncio.sleep(0)
             carried = started.settled()
-        settled = await decide(carried, lambda: self._join_facts(message, started),
-                               lambda facts: self._settle_turn(facts, delivery), where)
+        settled = await decide(
+            carried,
+            lambda: self._join_facts(message, started),
+            lambda facts: self._settle_turn(facts, delivery),
+            where,
+        )
         return settled is not False
 
-    async def _join_facts(
-        self, message: CallResult, started: Started | None
-    ) -> JoinFacts | None:
+    async def _join_facts(self, message: CallResult, started: Started | None) -> JoinFacts | None:
         """The run and the calls of the turn; None if the run is past waiting for them.  One
         round trip when this process created the turn (it knows the call ids), else two."""
         run_id, turn = message.run_id, message.turn
@@ -354,10 +400,12 @@ class ModelTurn:
         started = self._carry.started.get(this_key)
         carried = None
         if started is not None:
-            advanced = run.model_copy(update={"status": RunState.AWAITING_MODEL,
-                                              "turn": run.turn + 1})
+            advanced = run.model_copy(
+                update={"status": RunState.AWAITING_MODEL, "turn": run.turn + 1}
+            )
             carried = self._carry.requested.put(
-                next_key, TurnFacts(advanced, [*started.history, *results]))
+                next_key, TurnFacts(advanced, [*started.history, *results])
+            )
         try:
             result = await self.ledger.apply(delivery.ack_with(tx))
         finally:

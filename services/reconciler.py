@@ -69,8 +69,12 @@ class Reconciler:
             with spans.reconcile(tool.name, call.call_id, attempt):
                 answer = await self._ask(run, call, tool, attempt)
                 spans.note_reconciliation(answer.found)
-            log.info("reconcile check", extra=log_fields(
-                run_id=call.run_id, call_id=call.call_id, attempt=attempt, found=answer.found))
+            log.info(
+                "reconcile check",
+                extra=log_fields(
+                    run_id=call.run_id, call_id=call.call_id, attempt=attempt, found=answer.found
+                ),
+            )
             if answer.found != "unknown":
                 await self._settle(call, answer, message.chain, tool.sensitive_fields)
                 return

@@ -72,8 +72,9 @@ class Validator:
                 carried = self._carried(message)
                 await decide_with(
                     carried,
-                    lambda: self.ledger.decide_facts(message.run_id, message.turn,
-                                                     message.call_ids),
+                    lambda: self.ledger.decide_facts(
+                        message.run_id, message.turn, message.call_ids
+                    ),
                     lambda facts: self._decide_on(message, facts, delivery, facts is carried),
                     {"run_id": message.run_id, "turn": message.turn},
                 )
@@ -109,8 +110,11 @@ class Validator:
         try:
             return await self._decide(message, facts, delivery)
         except Exception:
-            log.warning("deciding on carried facts raised", exc_info=True,
-                        extra=log_fields(run_id=message.run_id, turn=message.turn))
+            log.warning(
+                "deciding on carried facts raised",
+                exc_info=True,
+                extra=log_fields(run_id=message.run_id, turn=message.turn),
+            )
             return MISMATCH
 
     async def _decide(
@@ -131,8 +135,10 @@ class Validator:
             if not held.ok:
                 return MISMATCH if binding.broken(held) else None
             decisions = await self._preconditions(run_id, turn, facts, decisions)
-        verdicts = [self._verdict(run_id, turn, facts, c, d)
-                    for c, d in zip(facts.calls, decisions, strict=True)]
+        verdicts = [
+            self._verdict(run_id, turn, facts, c, d)
+            for c, d in zip(facts.calls, decisions, strict=True)
+        ]
         tx, binding = self.ledger.decide_calls(run_id, turn, facts, verdicts)
         approvals = [v.approval for v in verdicts if v.approval is not None]
         if not approvals:  # else scheduling their expiry follows the step
@@ -142,9 +148,14 @@ class Validator:
             for approval in approvals:
                 await self.expiry.schedule(approval)
             if spans.enabled():
-                spans.validated(turn, [(c.tool, v.call_id, v.fields)
-                                       for c, v in zip(facts.calls, verdicts, strict=True)],
-                                started_ns)
+                spans.validated(
+                    turn,
+                    [
+                        (c.tool, v.call_id, v.fields)
+                        for c, v in zip(facts.calls, verdicts, strict=True)
+                    ],
+                    started_ns,
+                )
         return MISMATCH if binding.broken(result) else None
 
     async def _preconditions(
@@ -173,14 +184,15 @@ class Validator:
         sensitive = frozenset() if tool is None else tool.sensitive_fields
         carried = d.outcome == "allowed" and not sensitive
         route = Decided(
-            call.call_id, call.index, _TARGET[d.outcome],
+            call.call_id,
+            call.index,
+            _TARGET[d.outcome],
             is_write=tool is not None and tool.is_write,
             resource_key=fields.get("resource_key"),
             facts=_exec_facts(facts, d, fields) if carried else None,
         )
         shown = None if tool is None or approval is None else tool.redact(d.arguments or {})
-        return Verdict(call.call_id, _TARGET[d.outcome], fields, route, sensitive, approval,
-                       shown)
+        return Verdict(call.call_id, _TARGET[d.outcome], fields, route, sensitive, approval, shown)
 
     def _approval(
         self, run_id: str, turn: int, facts: DecideFacts, call: RecordedCall, d: Decision
@@ -215,8 +227,9 @@ def _decision_fields(d: Decision) -> dict[str, Any]:
         fields.update(arguments=d.arguments, args_hash=d.args_hash)
     tool = d.tool
     if tool is not None:
-        fields.update(tool_version=tool.version, effect=tool.effect.value,
-                      effect_source=tool.effect_source)
+        fields.update(
+            tool_version=tool.version, effect=tool.effect.value, effect_source=tool.effect_source
+        )
         if tool.is_write:
             # The resource it orders on; a read has none, so its arguments are not parsed again.
             fields["resource_key"] = tool.resource_of(tool.validate(d.arguments or {}))

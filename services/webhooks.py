@@ -32,11 +32,15 @@ def main() -> None:
     try:
         endpoints = webhook_settings.load()
     except WebhookConfigError as exc:
-        log.error("cannot start: fix the deployment and start again",
-                  extra=log_fields(service="webhooks", reason=exc.message))
+        log.error(
+            "cannot start: fix the deployment and start again",
+            extra=log_fields(service="webhooks", reason=exc.message),
+        )
         raise SystemExit(START_FAILED) from None
-    log.info("webhook endpoints", extra=log_fields(
-        endpoints={e.name: sorted(e.events) for e in endpoints}))
+    log.info(
+        "webhook endpoints",
+        extra=log_fields(endpoints={e.name: sorted(e.events) for e in endpoints}),
+    )
     worker = WebhookWorker(settings, webhook_settings, endpoints)
     run_worker("webhooks", serve(settings, [worker.queue()], "webhooks"))
 

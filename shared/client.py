@@ -98,10 +98,7 @@ def run_view(run: RunRecord, calls: list[CallRecord]) -> dict[str, Any]:
         "api": run.api,
         "model": run.model,
         "turns": run.turn,
-        "usage": {
-            "input_tokens": run.usage_input_tokens,
-            "output_tokens": run.usage_output_tokens,
-        },
+        "usage": {"input_tokens": run.usage_input_tokens, "output_tokens": run.usage_output_tokens},
         "calls": [call_view(c) for c in calls],
     }
 
@@ -195,8 +192,9 @@ class CallgateClient:
     def _submission(self, payload: dict[str, Any], identity_token: str | None) -> Submission:
         parsed = parse_spec(payload)  # exactly as the ingress will read the job
         if identity_token is None:
-            return Submission(f"service:{self.signer().key_id}",
-                              spec_hash(parsed, payload.get("identity") or {}))
+            return Submission(
+                f"service:{self.signer().key_id}", spec_hash(parsed, payload.get("identity") or {})
+            )
         return Submission(f"issuer:{issuer_of(identity_token)}", None, parsed)
 
     async def _same_as_queued(self, parsed: RunSpec) -> None:
@@ -209,8 +207,8 @@ class CallgateClient:
         job = await self._job(parsed.run_id)
         deadline = time.monotonic() + DEDUP_WAIT_S
         info = await job.result_info()
-        while info is None and time.monotonic() < deadline and await self._job_pending(
-            parsed.run_id
+        while (
+            info is None and time.monotonic() < deadline and await self._job_pending(parsed.run_id)
         ):
             await asyncio.sleep(PENDING_POLL_MS / 1000)
             info = await job.result_info()
@@ -283,9 +281,12 @@ class CallgateClient:
         mine = self._submitted.get(run.run_id)
         why = None if mine is None else mine.mismatch(run)
         if why is not None:
-            raise SpecConflictError(run.run_id, f"run {run.run_id} is not the run this client "
-                                    f"submitted ({why}): another job took the run id first; "
-                                    "submit under a new run id")
+            raise SpecConflictError(
+                run.run_id,
+                f"run {run.run_id} is not the run this client "
+                f"submitted ({why}): another job took the run id first; "
+                "submit under a new run id",
+            )
 
     async def _last_event_id(self, stream: str) -> str:
         entries = await self.redis.xrevrange(stream, count=1)
@@ -296,8 +297,9 @@ class CallgateClient:
 
     async def _job(self, run_id: str) -> Job:
         pool = await self._queue.pool()
-        return Job(run_id, pool, _queue_name=queue_name(self.settings),
-                   _deserializer=job_deserializer)
+        return Job(
+            run_id, pool, _queue_name=queue_name(self.settings), _deserializer=job_deserializer
+        )
 
     async def _job_pending(self, run_id: str) -> bool:
         """Whether a start job under ``run_id`` is queued or running: arq deletes its key when
@@ -318,7 +320,11 @@ class CallgateClient:
         return JobFailedError(f"run {run_id} was not started: {detail}")
 
     async def reply(
-        self, run_id: str, text: str, *, policy: Literal["reject", "enqueue"] = "reject",
+        self,
+        run_id: str,
+        text: str,
+        *,
+        policy: Literal["reject", "enqueue"] = "reject",
         max_turns: int | None = None,
     ) -> str:
         """Send a follow-up input to a completed run, signed with this service's key; returns
@@ -326,8 +332,13 @@ class CallgateClient:
         the run is busy: refused, or admitted once when it next completes
         (`callgate.conversation`)."""
         reply_id = job_id(run_id, "reply")  # a tenant's run: under its prefix, as its login needs
-        fields: dict[str, Any] = {"run_id": run_id, "reply_id": reply_id, "input": text,
-                                  "policy": policy, "max_turns": max_turns}
+        fields: dict[str, Any] = {
+            "run_id": run_id,
+            "reply_id": reply_id,
+            "input": text,
+            "policy": policy,
+            "max_turns": max_turns,
+        }
         unsigned = ReplyJob(**fields, token="unsigned")
         token = sign_submission(self.signer(), run_id=run_id, spec=unsigned.signed_part())
         job = ReplyJob(**fields, token=token)

@@ -170,26 +170,29 @@ class Settings(BaseSettings):
         "`callgate doctor` checks its keys against the trust file.",
     )
     submitter: str = Field(
-        default="local",
-        description="The key id this process signs the runs it submits with.",
+        default="local", description="The key id this process signs the runs it submits with."
     )
     signing_key: Path | None = Field(
         default=None,
         description="The private key of ``submitter``; default: HOME/keys/<submitter>.pem.",
     )
     identity_token_max_age_s: float = Field(
-        default=600.0, gt=0, le=86_400,
+        default=600.0,
+        gt=0,
+        le=86_400,
         description="Longest lifetime (exp - iat) of an end user's identity token a run may "
         "start with; each such token starts one run.",
     )
 
     # Bounds on what one model response may make us keep.
     max_response_bytes: int = Field(
-        default=1_000_000, ge=1024,
+        default=1_000_000,
+        ge=1024,
         description="A response larger than this is unusable (paused incomplete, kept small).",
     )
     notify_max_entries: int = Field(
-        default=10_000, ge=100,
+        default=10_000,
+        ge=100,
         description="Notify streams keep about this many entries even if nobody reads them.",
     )
     dead_letter_max_entries: int = Field(
@@ -227,7 +230,6 @@ class Settings(BaseSettings):
                 return tuple(orjson.loads(text))
             return tuple(part.strip() for part in text.split(",") if part.strip())
         return value
-
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

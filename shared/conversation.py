@@ -61,8 +61,9 @@ async def reply_run(ctx: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
         raise NotFoundError(f"no run {job.run_id}")
     trust = rt.trust.current()
     # A refusal is logged once, with the reason, by `callgate.streams.arq.logging_refusals`.
-    sender = verify_submission(job.token, trust, run_id=job.run_id, spec=job.signed_part(),
-                               now=now_ms() / 1000)
+    sender = verify_submission(
+        job.token, trust, run_id=job.run_id, spec=job.signed_part(), now=now_ms() / 1000
+    )
     check_grant(trust, sender, run.identity)
     if await rt.ledger.applied_once(job.run_id, reply_key(job.reply_id)):
         return {"run_id": job.run_id, "admitted": False, "detail": "admitted already"}
@@ -70,15 +71,25 @@ async def reply_run(ctx: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
         live = run.status not in RUN_TERMINAL  # an ended run will not complete: say so now
         if job.policy == "enqueue" and live and int(ctx.get("job_try", 1)) < ENQUEUED_MAX_TRIES:
             raise Retry(defer=ENQUEUED_RECHECK_S)
-        raise RunBusyError(job.run_id, f"run {job.run_id} is {run.status.value}: a reply is "
-                           "taken only when it has completed (or send it with --policy enqueue)")
+        raise RunBusyError(
+            job.run_id,
+            f"run {job.run_id} is {run.status.value}: a reply is "
+            "taken only when it has completed (or send it with --policy enqueue)",
+        )
     items = get_adapter(run.api).initial_history(job.input)
     tx = await rt.ledger.continue_run(
-        run, items_json(items), reply_id=job.reply_id, sender=f"service:{sender}",
-        max_turns=max(job.max_turns or run.max_turns, run.turn + 1))
+        run,
+        items_json(items),
+        reply_id=job.reply_id,
+        sender=f"service:{sender}",
+        max_turns=max(job.max_turns or run.max_turns, run.turn + 1),
+    )
     result = await rt.ledger.apply(tx)
     if not result.ok:
-        raise RunBusyError(job.run_id, f"run {job.run_id} moved on while reply {job.reply_id} "
-                           "was being admitted; send it again")
+        raise RunBusyError(
+            job.run_id,
+            f"run {job.run_id} moved on while reply {job.reply_id} "
+            "was being admitted; send it again",
+        )
     log.info("reply admitted", extra=log_fields(run_id=job.run_id, turn=run.turn + 1))
     return {"run_id": job.run_id, "turn": run.turn + 1, "admitted": True}

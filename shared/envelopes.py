@@ -81,7 +81,8 @@ class ValidateRequest(EnvelopeBase):
 
     kind: Literal["validate_request"] = "validate_request"
     call_ids: tuple[Annotated[str, Field(min_length=1, max_length=128)], ...] = Field(
-        min_length=1, max_length=CALLS_MAX)
+        min_length=1, max_length=CALLS_MAX
+    )
     """The turn's calls, in provider order."""
     facts: DecideFacts | None = None
     """What model_turn recorded, when it carries it (`callgate.facts`)."""
@@ -171,15 +172,17 @@ Envelope = Annotated[
 ]
 """Any stream message; dispatch on ``.kind`` with `typing.assert_never` in the default."""
 
-CARRIED_ON: Mapping[str, tuple[type[EnvelopeBase], ...]] = MappingProxyType({
-    "turns": (TurnRequest,),
-    "validate": (ValidateRequest,),
-    "exec": (ExecRequest,),
-    "results": (CallResult,),
-    "reconcile": (ReconcileRequest,),
-    "decisions": (SignedDecision, ApprovalExpired),
-    "notify": (ApprovalRequested, OutcomeUnknown),
-})
+CARRIED_ON: Mapping[str, tuple[type[EnvelopeBase], ...]] = MappingProxyType(
+    {
+        "turns": (TurnRequest,),
+        "validate": (ValidateRequest,),
+        "exec": (ExecRequest,),
+        "results": (CallResult,),
+        "reconcile": (ReconcileRequest,),
+        "decisions": (SignedDecision, ApprovalExpired),
+        "notify": (ApprovalRequested, OutcomeUnknown),
+    }
+)
 """The kinds each stream carries, and nothing else.  The stream loop dead-letters any other
 kind before a handler sees it: the decisions stream, which approvers and the Slack bot may
 write, never brings the validator a `ValidateRequest`."""
@@ -188,6 +191,7 @@ write, never brings the validator a `ValidateRequest`."""
 def home_stream(kind: type[EnvelopeBase]) -> str:
     """The one stream kind that carries ``kind`` (a worker's own work stream for it)."""
     return next(stream for stream, kinds in CARRIED_ON.items() if kind in kinds)
+
 
 _adapter: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 

@@ -76,8 +76,13 @@ class SpecConflictError(ConflictError):
     existing run is untouched.  Never retried: the same job would conflict again."""
 
     def __init__(self, run_id: str, detail: str | None = None) -> None:
-        super().__init__(f"run {run_id}", None, detail or f"run {run_id} exists with a "
-                         "different spec or identity; submit the new spec under a new run id")
+        super().__init__(
+            f"run {run_id}",
+            None,
+            detail
+            or f"run {run_id} exists with a "
+            "different spec or identity; submit the new spec under a new run id",
+        )
         self.run_id = run_id
 
 

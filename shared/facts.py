@@ -96,8 +96,9 @@ async def decide(
 
 def distrusted(where: Mapping[str, Any]) -> None:
     """Log that a message's facts were set aside for the ledger's (stale or forged)."""
-    log.warning("carried facts do not match the ledger; deciding from the ledger",
-                extra=log_fields(**where))
+    log.warning(
+        "carried facts do not match the ledger; deciding from the ledger", extra=log_fields(**where)
+    )
 
 
 # -- the facts of each hop --------------------------------------------------------------------

@@ -32,7 +32,8 @@ _TOKEN = r"(?=[A-Za-z0-9+/._~=-]*(?:[0-9+/._~=-]|[a-z][A-Z]))[A-Za-z0-9+/._~-]{8
 change, so prose ("a basic example") stays; anything after ``Bearer`` is taken as a token."""
 _SECRET_IN_TEXT = re.compile(
     r"(?i:[bsx])(?<![A-Za-z0-9_-].)"  # a first-letter class lets the engine skip to candidates
-    r"(?:(?i:earer)\s+\S+|(?i:asic)\s+" + _TOKEN
+    r"(?:(?i:earer)\s+\S+|(?i:asic)\s+"
+    + _TOKEN
     + r"|(?i:k-)[A-Za-z0-9_-]{12,}|(?i:k-ant-)\S+|(?i:ox[abprs]-)\S+)"
 )
 """API keys and bearer tokens anywhere in a string: each is replaced, the text around kept.

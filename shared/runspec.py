@@ -83,7 +83,7 @@ def parse_spec(data: object) -> RunSpec:
 
 NAMES_CODE = {
     "tool_modules": "a run may not name code to import: the deployment registers tool modules "
-    "(CALLGATE_TOOL_MODULES) and a run selects its tools by name (allowed_tools)",
+    "(CALLGATE_TOOL_MODULES) and a run selects its tools by name (allowed_tools)"
 }
 """Fields older specs had that named code; refused with what to do instead."""
 
@@ -118,11 +118,7 @@ def spec_hash(spec: RunSpec, identity: Mapping[str, Any]) -> str:
 
 
 def to_run_record(
-    spec: RunSpec,
-    now_ms: int,
-    allowed_tools: list[str],
-    identity: dict[str, Any],
-    vouched_by: str,
+    spec: RunSpec, now_ms: int, allowed_tools: list[str], identity: dict[str, Any], vouched_by: str
 ) -> RunRecord:
     """The run record a new run starts with: awaiting the model for turn 1, allowed exactly
     ``allowed_tools`` (the spec's selection, checked against the deployment's registry), for
@@ -147,7 +143,8 @@ def to_run_record(
         spec_hash=spec_hash(spec, identity),
         batch_policy=spec.batch_policy,
         approval_ttl_s=spec.approval_ttl_s,
-        acceptance=None if spec.acceptance is None
+        acceptance=None
+        if spec.acceptance is None
         else spec.acceptance.model_dump(mode="json", exclude_none=True),
         created_ms=now_ms,
         updated_ms=now_ms,

@@ -49,7 +49,9 @@ async def expire_approval(ctx: dict[str, Any], ref: dict[str, Any]) -> str:
     is applied exactly like a decision (guarded; a decided approval is left alone)."""
     runtime: Runtime = ctx["runtime"]
     message = ApprovalExpired(
-        run_id=ref["run_id"], turn=ref["turn"], call_id=ref["call_id"],
+        run_id=ref["run_id"],
+        turn=ref["turn"],
+        call_id=ref["call_id"],
         approval_id=ref["approval_id"],
     )
     await post(runtime.redis, runtime.keys.run_stream("decisions", message.run_id), message)
@@ -73,8 +75,12 @@ async def sweep_approvals(ctx: dict[str, Any]) -> int:
                 # Else it stays due and crowds live ones out of every batch after this one.
                 await rt.ledger.apply(rt.ledger.forget_stale_pending(run_id, approval_id))
                 continue
-            ref = {"run_id": run_id, "turn": record.turn, "call_id": record.call_id,
-                   "approval_id": approval_id}
+            ref = {
+                "run_id": run_id,
+                "turn": record.turn,
+                "call_id": record.call_id,
+                "approval_id": approval_id,
+            }
             await expire_approval(ctx, ref)
             posted += 1
     return posted

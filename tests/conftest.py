@@ -40,8 +40,13 @@ def deployment_mode(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
 
 
-TEST_PEOPLE = {"carol": ["events-lead"], "dave": ["finance"], "alice": [], "bob": [],
-               "operator": ["operator"]}
+TEST_PEOPLE = {
+    "carol": ["events-lead"],
+    "dave": ["finance"],
+    "alice": [],
+    "bob": [],
+    "operator": ["operator"],
+}
 """Who has a key and roles in the tests' keyring (carol approves; alice requests)."""
 TEST_DELEGATES = {"slack": ["carol", "dave"]}
 

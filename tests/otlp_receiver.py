@@ -51,11 +51,19 @@ def decode(body: bytes) -> list[ReceivedSpan]:
         service = str(_attributes(resource_spans.resource.attributes).get("service.name"))
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                found.append(ReceivedSpan(
-                    service, span.name, span.trace_id.hex(), span.span_id.hex(),
-                    span.parent_span_id.hex(), span.kind, _attributes(span.attributes),
-                    [(e.name, _attributes(e.attributes)) for e in span.events],
-                    str(MessageToDict(span)) + str(_attributes(span.attributes))))
+                found.append(
+                    ReceivedSpan(
+                        service,
+                        span.name,
+                        span.trace_id.hex(),
+                        span.span_id.hex(),
+                        span.parent_span_id.hex(),
+                        span.kind,
+                        _attributes(span.attributes),
+                        [(e.name, _attributes(e.attributes)) for e in span.events],
+                        str(MessageToDict(span)) + str(_attributes(span.attributes)),
+                    )
+                )
     return found
 
 

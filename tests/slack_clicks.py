@@ -41,23 +41,34 @@ def button_value(message: dict[str, Any], action_id: str) -> str:
     return str(button["value"])
 
 
-def click_body(
-    message: dict[str, Any], user: str, action_id: str, value: str, channel: str
-) -> str:
+def click_body(message: dict[str, Any], user: str, action_id: str, value: str, channel: str) -> str:
     """A block_actions request body as Slack sends it."""
     payload = {
         "type": "block_actions",
         "user": {"id": user, "username": user.lower(), "team_id": "T0FAKE"},
-        "api_app_id": "A0APP", "token": "legacy-verification-token", "trigger_id": "1.2.3",
+        "api_app_id": "A0APP",
+        "token": "legacy-verification-token",
+        "trigger_id": "1.2.3",
         "team": {"id": "T0FAKE", "domain": "fake"},
-        "container": {"type": "message", "message_ts": message["ts"], "channel_id": channel,
-                      "is_ephemeral": False},
+        "container": {
+            "type": "message",
+            "message_ts": message["ts"],
+            "channel_id": channel,
+            "is_ephemeral": False,
+        },
         "channel": {"id": channel, "name": "approvals"},
         "message": message,
         "response_url": "http://127.0.0.1:9/unused",
-        "actions": [{"type": "button", "action_id": action_id, "block_id": "callgate_approval",
-                     "value": value, "text": {"type": "plain_text", "text": "x"},
-                     "action_ts": str(time.time())}],
+        "actions": [
+            {
+                "type": "button",
+                "action_id": action_id,
+                "block_id": "callgate_approval",
+                "value": value,
+                "text": {"type": "plain_text", "text": "x"},
+                "action_ts": str(time.time()),
+            }
+        ],
     }
     return urlencode({"payload": orjson.dumps(payload).decode()})
 
@@ -68,8 +79,7 @@ def sign(body: str, timestamp: int, secret: str) -> str:
 
 
 async def send_click(
-    url: str, body: str, secret: str, *, timestamp: int | None = None,
-    signature: str | None = None,
+    url: str, body: str, secret: str, *, timestamp: int | None = None, signature: str | None = None
 ) -> int:
     """POST the click; return the HTTP status the bot answered."""
     ts = int(time.time()) if timestamp is None else timestamp
@@ -78,9 +88,10 @@ async def send_click(
         "X-Slack-Request-Timestamp": str(ts),
         "X-Slack-Signature": signature or sign(body, ts, secret),
     }
-    async with aiohttp.ClientSession() as session, session.post(
-        url, data=body, headers=headers
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as resp,
+    ):
         return resp.status
 
 

@@ -51,6 +51,7 @@ def test_mypy_strict_whole_package(tmp_path: Path) -> None:
     installed_layout(tmp_path)
     packages = [arg for name in example_packages(tmp_path) for arg in ("-p", name)]
     config = str(ROOT / "pyproject.toml")
-    result = _run("mypy", "--config-file", config, "--strict", "-p", "callgate", *packages,
-                  cwd=tmp_path)
+    result = _run(
+        "mypy", "--config-file", config, "--strict", "-p", "callgate", *packages, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -94,8 +94,14 @@ class Notes:
             self.db.execute(
                 "INSERT INTO notes (notebook, title, text, author, operation_id, created_ms)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (notebook, note.title, note.text, note.author, note.operation_id,
-                 int(time.time() * 1000)),
+                (
+                    notebook,
+                    note.title,
+                    note.text,
+                    note.author,
+                    note.operation_id,
+                    int(time.time() * 1000),
+                ),
             )
         created = self.by_operation(note.operation_id)
         assert created is not None
@@ -134,8 +140,7 @@ async def add(request: web.Request) -> web.Response:
 async def lookup(request: web.Request) -> web.Response:
     found = request.app[NOTES].by_operation(request.match_info["operation_id"])
     if found is None:
-        return web.json_response({"error": "no note was made under this operation id"},
-                                 status=404)
+        return web.json_response({"error": "no note was made under this operation id"}, status=404)
     found.pop("text")
     return web.json_response(found)
 

@@ -60,9 +60,7 @@ def _own_or_shared(identity: Identity, args: Any) -> str | None:
 
 @callgate.tool(effect=Effect.READ, authorize=_own_or_shared, timeout_s=2.0)
 async def search_notes(
-    ctx: ToolContext,
-    notebook: Notebook,
-    query: Annotated[str, Field(max_length=100)] = "",
+    ctx: ToolContext, notebook: Notebook, query: Annotated[str, Field(max_length=100)] = ""
 ) -> dict[str, Any]:
     """Titles of the notes in a notebook, newest first.
 
@@ -124,8 +122,7 @@ async def add_note(
         title: A short title.
         text: The note itself.
     """
-    body = {"title": title, "text": text, "author": ctx.identity.user,
-            "operation_id": operation_id}
+    body = {"title": title, "text": text, "author": ctx.identity.user, "operation_id": operation_id}
     url = _url(ctx, f"/notebooks/{notebook}/notes")
     async with ctx.session.post(url, json=body) as resp:
         return await _answer(resp)

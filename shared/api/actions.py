@@ -31,8 +31,9 @@ from callgate.envelopes import SignedDecision
 from callgate.errors import JobFailedError
 from callgate.states import CallState
 
-router = APIRouter(tags=["actions"], responses={
-    code: PROBLEM_SCHEMA for code in (401, 403, 404, 409, 422)})
+router = APIRouter(
+    tags=["actions"], responses={code: PROBLEM_SCHEMA for code in (401, 403, 404, 409, 422)}
+)
 
 
 class _Body(BaseModel):
@@ -96,8 +97,9 @@ class Verdict(BaseModel):
     decision_id: str
 
 
-async def door(ctx: ApiContext, run_id: str, caller: Caller, rule: Callable[..., None],
-               *facts: Any) -> None:
+async def door(
+    ctx: ApiContext, run_id: str, caller: Caller, rule: Callable[..., None], *facts: Any
+) -> None:
     """The door's checks before anything is signed — ``rule(caller, trust, *facts)``, and
     whether this server's delegate may speak for the caller at all; a failure is a 403,
     said in the run's trace."""
@@ -109,8 +111,9 @@ async def door(ctx: ApiContext, run_id: str, caller: Caller, rule: Callable[...,
         raise await ctx.forbid(run_id, caller, exc) from None
 
 
-async def verdict(ctx: ApiContext, message: SignedDecision, after: str,
-                  response: Response) -> Verdict:
+async def verdict(
+    ctx: ApiContext, message: SignedDecision, after: str, response: Response
+) -> Verdict:
     outcome = await ctx.desk.wait_outcome(message, after, ctx.api.verdict_timeout_s)
     if outcome is None:
         response.status_code = 202
@@ -122,42 +125,65 @@ async def verdict(ctx: ApiContext, message: SignedDecision, after: str,
 
 @router.post("/approvals/{approval_id}/{decision}", response_model=Verdict)
 async def decide(
-    ctx: Ctx, caller: Who, response: Response, approval_id: str,
-    decision: Literal["approve", "deny"], body: Annotated[Decide | None, Body()] = None,
+    ctx: Ctx,
+    caller: Who,
+    response: Response,
+    approval_id: str,
+    decision: Literal["approve", "deny"],
+    body: Annotated[Decide | None, Body()] = None,
 ) -> Verdict:
     """Approve or deny a pending approval, as yourself."""
     body = body or Decide()
     record = await ctx.desk.find(approval_id)
     if record is None:
-        raise Problem(404, f"no pending approval {approval_id} (decided, expired or unknown; "
-                      "GET /inbox lists what waits)")
+        raise Problem(
+            404,
+            f"no pending approval {approval_id} (decided, expired or unknown; "
+            "GET /inbox lists what waits)",
+        )
     await door(ctx, record.run_id, caller, may_decide, record)
     after = await ctx.desk.last_event_id(record.run_id)
-    message = await ctx.desk.post(record, decision, ctx.delegate, person=caller.name,
-                                  reason=body.reason, args_hash=body.args_hash)
+    message = await ctx.desk.post(
+        record,
+        decision,
+        ctx.delegate,
+        person=caller.name,
+        reason=body.reason,
+        args_hash=body.args_hash,
+    )
     return await verdict(ctx, message, after, response)
 
 
 @router.post("/runs/{run_id}/calls/{call_id}/resolve", response_model=Verdict)
 async def resolve(
-    ctx: Ctx, caller: Who, response: Response, run_id: str, call_id: str, body: Resolve,
+    ctx: Ctx, caller: Who, response: Response, run_id: str, call_id: str, body: Resolve
 ) -> Verdict:
     """Resolve a write whose outcome stayed unknown: applied, not applied, or recheck."""
     call = await ctx.client.ledger.get_call(run_id, call_id)
     if call is None or call.state != CallState.UNRESOLVED:
         shown = "no such call" if call is None else f"it is {call.state.value}"
         raise Problem(404, f"call {call_id} of run {run_id} is not unresolved ({shown})")
-    record = (None if call.approval_id is None
-              else await ctx.client.ledger.get_approval(run_id, call.approval_id))
+    record = (
+        None
+        if call.approval_id is None
+        else await ctx.client.ledger.get_approval(run_id, call.approval_id)
+    )
     await door(ctx, run_id, caller, may_resolve, call, record)
     after = await ctx.desk.last_event_id(run_id)
-    message = await ctx.desk.resolve(call, body.outcome, ctx.delegate, result=body.result,
-                                     reason=body.reason, person=caller.name)
+    message = await ctx.desk.resolve(
+        call, body.outcome, ctx.delegate, result=body.result, reason=body.reason, person=caller.name
+    )
     return await verdict(ctx, message, after, response)
 
 
-async def _control(ctx: ApiContext, caller: Caller, run_id: str, act: Literal["cancel", "resume"],
-                   budget: dict[str, float | str | None], response: Response) -> Verdict:
+async def _control(
+    ctx: ApiContext,
+    caller: Caller,
+    run_id: str,
+    act: Literal["cancel", "resume"],
+    budget: dict[str, float | str | None],
+    response: Response,
+) -> Verdict:
     run = await ctx.client.run(run_id)
     if run is None:
         raise Problem(404, f"no run {run_id}: check the id (GET /runs lists them)")
@@ -168,29 +194,39 @@ async def _control(ctx: ApiContext, caller: Caller, run_id: str, act: Literal["c
 
 
 @router.post("/runs/{run_id}/cancel", response_model=Verdict)
-async def cancel(ctx: Ctx, caller: Who, response: Response, run_id: str,
-                 body: Annotated[Cancel | None, Body()] = None) -> Verdict:
+async def cancel(
+    ctx: Ctx,
+    caller: Who,
+    response: Response,
+    run_id: str,
+    body: Annotated[Cancel | None, Body()] = None,
+) -> Verdict:
     """Cancel a run (its user, or an operator); a write in flight keeps its true outcome."""
-    return await _control(ctx, caller, run_id, "cancel", (body or Cancel()).model_dump(),
-                          response)
+    return await _control(ctx, caller, run_id, "cancel", (body or Cancel()).model_dump(), response)
 
 
 @router.post("/runs/{run_id}/resume", response_model=Verdict)
-async def resume(ctx: Ctx, caller: Who, response: Response, run_id: str,
-                 body: Annotated[Resume | None, Body()] = None) -> Verdict:
+async def resume(
+    ctx: Ctx,
+    caller: Who,
+    response: Response,
+    run_id: str,
+    body: Annotated[Resume | None, Body()] = None,
+) -> Verdict:
     """Resume a run paused incomplete or handed off, with the same or a larger budget."""
-    return await _control(ctx, caller, run_id, "resume", (body or Resume()).model_dump(),
-                          response)
+    return await _control(ctx, caller, run_id, "resume", (body or Resume()).model_dump(), response)
 
 
 @router.post("/runs/{run_id}/reply")
-async def reply(ctx: Ctx, caller: Who, response: Response, run_id: str,
-                body: Reply) -> dict[str, object]:
+async def reply(
+    ctx: Ctx, caller: Who, response: Response, run_id: str, body: Reply
+) -> dict[str, object]:
     """Send a completed run a follow-up input (a submitting service that may act for its
     identity); 200 admitted, 409 refused, 202 no verdict yet."""
     await ctx.readable_run(run_id, caller, may_reply)
-    reply_id = await ctx.client.reply(run_id, body.input, policy=body.policy,
-                                      max_turns=body.max_turns)
+    reply_id = await ctx.client.reply(
+        run_id, body.input, policy=body.policy, max_turns=body.max_turns
+    )
     try:
         result = await ctx.client.reply_result(reply_id, ctx.api.verdict_timeout_s)
     except JobFailedError as exc:

@@ -24,11 +24,13 @@ from callgate.metrics.export import MetricsApp, metrics_route
 
 TITLE = "callgate HTTP API"
 VERSION = "1"
-DESCRIPTION = ("Start runs, read them and their live events, and act on what waits for a "
-               "person. Every request carries `Authorization: Bearer TOKEN`: a token signed "
-               "with your own key (`callgate keys token NAME`) or a JWT from an identity "
-               "provider the deployment's trust file lists. Errors are "
-               "`application/problem+json` with one line saying what to do.")
+DESCRIPTION = (
+    "Start runs, read them and their live events, and act on what waits for a "
+    "person. Every request carries `Authorization: Bearer TOKEN`: a token signed "
+    "with your own key (`callgate keys token NAME`) or a JWT from an identity "
+    "provider the deployment's trust file lists. Errors are "
+    "`application/problem+json` with one line saying what to do."
+)
 
 
 def create_app(settings: Settings | None = None, api: ApiSettings | None = None) -> FastAPI:
@@ -46,14 +48,21 @@ def create_app(settings: Settings | None = None, api: ApiSettings | None = None)
             await app.state.callgate.close()
             await metrics.aclose()
 
-    app = FastAPI(title=TITLE, version=VERSION, description=DESCRIPTION, lifespan=lifespan,
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title=TITLE,
+        version=VERSION,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
     problems.install(app)
     openapi.install(app)
     # Names the bearer scheme in the OpenAPI document; the token itself is checked by
     # `callgate.api.context.current_caller` (HTTPBearer alone would answer 403, not 401).
-    bearer = HTTPBearer(auto_error=False, description="callgate keys token NAME, or an "
-                        "identity provider's JWT")
+    bearer = HTTPBearer(
+        auto_error=False, description="callgate keys token NAME, or an identity provider's JWT"
+    )
     for module in (runs, events, actions, inbox):
         app.include_router(module.router, dependencies=[Depends(bearer)])
 
@@ -65,4 +74,3 @@ def create_app(settings: Settings | None = None, api: ApiSettings | None = None)
     app.router.routes.append(metrics_route(metrics))
     console.install(app)
     return app
-

@@ -61,10 +61,12 @@ def authenticate(header: str | None, trust: TrustConfig, *, now: float) -> Calle
     token = bearer(header)
     issuer = issuer_of(token)
     if issuer is not None and issuer in trust.issuers:
-        verified = verify_identity_token(token, trust, now=now,
-                                         max_lifetime_s=IDENTITY_TOKEN_MAX_AGE_S)
-        return Caller(verified.user, "person", trust.roles_of(verified.user),
-                      f"issuer:{verified.issuer}")
+        verified = verify_identity_token(
+            token, trust, now=now, max_lifetime_s=IDENTITY_TOKEN_MAX_AGE_S
+        )
+        return Caller(
+            verified.user, "person", trust.roles_of(verified.user), f"issuer:{verified.issuer}"
+        )
     name = verify_access(token, trust, now=now)
     if name in trust.submitters:
         return Caller(name, "submitter", frozenset(), "key")
@@ -74,8 +76,9 @@ def authenticate(header: str | None, trust: TrustConfig, *, now: float) -> Calle
 def as_person(caller: Caller, trust: TrustConfig) -> None:
     """`Forbidden` unless the caller is a person of the trust file (who alone decide)."""
     if caller.kind != "person":
-        raise Forbidden(f"{caller.name} is a submitting service: it may start runs and send "
-                        "replies, not decide")
+        raise Forbidden(
+            f"{caller.name} is a submitting service: it may start runs and send replies, not decide"
+        )
     if caller.name not in trust.people:
         raise Forbidden(f"{caller.name} is not a person of the deployment's trust file")
 
@@ -124,8 +127,10 @@ def may_relay(caller: Caller, trust: TrustConfig, delegate: str) -> None:
     would refuse its decision otherwise: `callgate.auth.tokens.verify_decision`)."""
     entry = trust.delegates.get(delegate)
     if entry is None or not (ANY in entry.signs_for or caller.name in entry.signs_for):
-        raise Forbidden(f"this server may not sign for {caller.name}: its delegate "
-                        f"{delegate!r} does not list them in signs_for")
+        raise Forbidden(
+            f"this server may not sign for {caller.name}: its delegate "
+            f"{delegate!r} does not list them in signs_for"
+        )
 
 
 def may_decide(caller: Caller, trust: TrustConfig, record: ApprovalRecord) -> None:
@@ -142,8 +147,9 @@ def may_control(caller: Caller, trust: TrustConfig, run: RunRecord) -> None:
     """`Forbidden` unless the caller is the run's user or holds the operator role."""
     as_person(caller, trust)
     if caller.name != run.identity.get("user") and trust.operator_role not in caller.roles:
-        raise Forbidden(f"{caller.name} is neither the run's user nor holds the role "
-                        f"{trust.operator_role}")
+        raise Forbidden(
+            f"{caller.name} is neither the run's user nor holds the role {trust.operator_role}"
+        )
 
 
 def may_resolve(

@@ -54,17 +54,21 @@ class ApiContext:
     async def close(self) -> None:
         await self.client.close()
 
-    async def refused(self, run_id: str | None, event: str, reason: str,
-                      person: str | None) -> None:
+    async def refused(
+        self, run_id: str | None, event: str, reason: str, person: str | None
+    ) -> None:
         """Say in the run's trace (if the request names a run that exists) that the door
         refused someone, and why; the token itself is never written."""
-        log.warning("api request refused", extra=log_fields(run_id=run_id, event=event,
-                                                             person=person, reason=reason))
+        log.warning(
+            "api request refused",
+            extra=log_fields(run_id=run_id, event=event, person=person, reason=reason),
+        )
         if run_id:
             await refuse(self.client.ledger, event, run_id, new_id(), reason, person)
 
-    async def readable_run(self, run_id: str, caller: Caller, may: RunCheck = may_read
-                           ) -> RunRecord:
+    async def readable_run(
+        self, run_id: str, caller: Caller, may: RunCheck = may_read
+    ) -> RunRecord:
         """The run, if the caller ``may`` (read it, by default): else 404, or 403 (said in
         its trace)."""
         run = await self.client.run(run_id)
@@ -121,8 +125,11 @@ async def current_caller(request: Request) -> Caller:
     except AuthError as exc:
         run_id = await run_named(request, ctx)
         await ctx.refused(run_id, UNAUTHENTICATED_EVENT, exc.reason, None)
-        raise Problem(401, f"{exc.reason}: send a valid bearer token (`callgate keys token "
-                      "NAME`, or your identity provider's)") from None
+        raise Problem(
+            401,
+            f"{exc.reason}: send a valid bearer token (`callgate keys token "
+            "NAME`, or your identity provider's)",
+        ) from None
 
 
 async def run_named(request: Request, ctx: ApiContext) -> str | None:

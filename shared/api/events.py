@@ -47,11 +47,20 @@ def _start_id(last_event_id: str | None, after: str | None) -> str:
     return start
 
 
-@router.get("/runs/{run_id}/events", responses={
-    200: {"description": "the trace as JSON, or as text/event-stream when asked",
-          "content": {"application/json": {}, SSE_MEDIA_TYPE: {}}}})
+@router.get(
+    "/runs/{run_id}/events",
+    responses={
+        200: {
+            "description": "the trace as JSON, or as text/event-stream when asked",
+            "content": {"application/json": {}, SSE_MEDIA_TYPE: {}},
+        }
+    },
+)
 async def run_events(
-    ctx: Ctx, caller: Who, request: Request, run_id: str,
+    ctx: Ctx,
+    caller: Who,
+    request: Request,
+    run_id: str,
     after: Annotated[str | None, Query(description="only events after this event id")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> Any:
@@ -59,9 +68,11 @@ async def run_events(
     start = _start_id(last_event_id, after)
     await ctx.readable_run(run_id, caller)
     if SSE_MEDIA_TYPE in request.headers.get("accept", ""):
-        return StreamingResponse(follow(ctx, run_id, start), media_type=SSE_MEDIA_TYPE,
-                                 headers={"Cache-Control": "no-store",
-                                          "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            follow(ctx, run_id, start),
+            media_type=SSE_MEDIA_TYPE,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
     return {"run_id": run_id, "events": await trace(ctx, run_id, start)}
 
 
@@ -104,5 +115,6 @@ async def _read(ctx: ApiContext, run_id: str, cursor: str, block_ms: int) -> lis
     with redis_errors():
         reply = await ctx.client.redis.xread({stream: cursor}, count=READ_COUNT, block=block_ms)
     entries: list[tuple[bytes, dict[bytes, bytes]]] = [
-        entry for _, batch in reply or [] for entry in batch]
+        entry for _, batch in reply or [] for entry in batch
+    ]
     return as_json(Event.from_entry(entry_id, fields) for entry_id, fields in entries)

@@ -19,11 +19,19 @@ router = APIRouter(tags=["inbox"], responses={code: PROBLEM_SCHEMA for code in (
 
 def approval_item(record: ApprovalRecord) -> dict[str, Any]:
     """A pending approval as the person deciding sees it: the bound arguments and hash."""
-    return {"approval_id": record.approval_id, "run_id": record.run_id, "turn": record.turn,
-            "call_id": record.call_id, "tool": record.tool,
-            "tool_version": record.tool_version, "arguments": orjson.loads(record.arguments),
-            "args_hash": record.args_hash, "requested_by": record.requested_by,
-            "approver_role": record.approver_role, "expires_ms": record.expires_ms}
+    return {
+        "approval_id": record.approval_id,
+        "run_id": record.run_id,
+        "turn": record.turn,
+        "call_id": record.call_id,
+        "tool": record.tool,
+        "tool_version": record.tool_version,
+        "arguments": orjson.loads(record.arguments),
+        "args_hash": record.args_hash,
+        "requested_by": record.requested_by,
+        "approver_role": record.approver_role,
+        "expires_ms": record.expires_ms,
+    }
 
 
 @router.get("/inbox")
@@ -43,8 +51,11 @@ async def inbox(ctx: Ctx, caller: Who) -> dict[str, list[dict[str, Any]]]:
         approvals.append(approval_item(record))
     unknown = []
     for call in await ctx.desk.unresolved():
-        bound = (None if call.approval_id is None
-                 else await ctx.client.ledger.get_approval(call.run_id, call.approval_id))
+        bound = (
+            None
+            if call.approval_id is None
+            else await ctx.client.ledger.get_approval(call.run_id, call.approval_id)
+        )
         try:
             may_resolve(caller, trust, call, bound)
         except Forbidden:

@@ -37,10 +37,12 @@ class RunFilter:
     """Whether the caller may see a run at all."""
 
     def keeps(self, run: RunRecord) -> bool:
-        return ((self.readable is None or self.readable(run))
-                and (self.statuses is None or run.status in self.statuses)
-                and (self.tool is None or self.tool in run.allowed_tools)
-                and (self.user is None or run.identity.get("user") == self.user))
+        return (
+            (self.readable is None or self.readable(run))
+            and (self.statuses is None or run.status in self.statuses)
+            and (self.tool is None or self.tool in run.allowed_tools)
+            and (self.user is None or run.identity.get("user") == self.user)
+        )
 
 
 def encode_cursor(key: Key) -> str:
@@ -60,7 +62,11 @@ def decode_cursor(text: str) -> Key:
 
 
 async def page(
-    reads: Reads, partitions: int, wanted: RunFilter, after: Key | None, limit: int,
+    reads: Reads,
+    partitions: int,
+    wanted: RunFilter,
+    after: Key | None,
+    limit: int,
     tenant: str | None = None,
 ) -> tuple[list[RunRecord], Key | None]:
     """Up to ``limit`` runs after ``after`` that ``wanted`` keeps, newest first, and the
@@ -75,7 +81,11 @@ async def page(
 
 
 async def _partition_page(
-    reads: Reads, partition: int, wanted: RunFilter, after: Key | None, count: int,
+    reads: Reads,
+    partition: int,
+    wanted: RunFilter,
+    after: Key | None,
+    count: int,
     tenant: str | None,
 ) -> list[RunRecord]:
     mine: list[RunRecord] = []
@@ -85,9 +95,12 @@ async def _partition_page(
         if not entries:
             break
         offset += len(entries)
-        ids = [run_id for run_id, created in entries
-               if (after is None or (created, run_id) < after)
-               and (wanted.until_ms is None or created <= wanted.until_ms)]
+        ids = [
+            run_id
+            for run_id, created in entries
+            if (after is None or (created, run_id) < after)
+            and (wanted.until_ms is None or created <= wanted.until_ms)
+        ]
         records = await reads.get_runs(ids)
         mine += [run for run in records if run is not None and wanted.keeps(run)]
     return mine[:count]

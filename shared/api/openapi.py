@@ -22,8 +22,9 @@ def install(app: FastAPI) -> None:
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version,
-                              description=app.description, routes=app.routes)
+            doc = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
             schema = RunSpec.model_json_schema(ref_template="#/components/schemas/{model}")
             components = doc.setdefault("components", {}).setdefault("schemas", {})
             components.update(schema.pop("$defs", {}))

@@ -27,9 +27,18 @@ from callgate.errors import (
 log = logging.getLogger("callgate.api")
 
 MEDIA_TYPE = "application/problem+json"
-TITLES = {400: "bad request", 401: "unauthenticated", 403: "forbidden", 404: "not found",
-          405: "method not allowed", 406: "not acceptable", 409: "conflict",
-          422: "invalid request", 500: "internal error", 503: "unavailable"}
+TITLES = {
+    400: "bad request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not found",
+    405: "method not allowed",
+    406: "not acceptable",
+    409: "conflict",
+    422: "invalid request",
+    500: "internal error",
+    503: "unavailable",
+}
 
 
 class Problem(Exception):
@@ -42,16 +51,30 @@ class Problem(Exception):
 
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"type": "about:blank", "title": TITLES.get(status, "error"), "status": status,
-            "detail": " ".join(detail.split())}
+    body = {
+        "type": "about:blank",
+        "title": TITLES.get(status, "error"),
+        "status": status,
+        "detail": " ".join(detail.split()),
+    }
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "description": "a problem (RFC 9457): what went wrong and what to do, in one line",
-    "content": {MEDIA_TYPE: {"schema": {"type": "object", "properties": {
-        "type": {"type": "string"}, "title": {"type": "string"},
-        "status": {"type": "integer"}, "detail": {"type": "string"}}}}},
+    "content": {
+        MEDIA_TYPE: {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string"},
+                    "title": {"type": "string"},
+                    "status": {"type": "integer"},
+                    "detail": {"type": "string"},
+                },
+            }
+        }
+    },
 }
 """The OpenAPI description of every error answer."""
 
@@ -91,8 +114,14 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, on_problem)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_invalid)
-    for kind in (RunSpecError, NotFoundError, ConflictError, RedisUnavailableError, AuthError,
-                 RedisError):
+    for kind in (
+        RunSpecError,
+        NotFoundError,
+        ConflictError,
+        RedisUnavailableError,
+        AuthError,
+        RedisError,
+    ):
         app.add_exception_handler(kind, on_known)
     app.add_exception_handler(Exception, on_bug)
 

@@ -44,15 +44,23 @@ class RunPage(BaseModel):
     """Pass as ``cursor`` for the next page; None on the last."""
 
 
-SPEC_DOC = ("A run spec (README: Run spec): api, model, input, identity, allowed_tools, and "
-            "optionally run_id, instructions, budgets. The identity must be one the calling "
-            "service's grants cover.")
+SPEC_DOC = (
+    "A run spec (README: Run spec): api, model, input, identity, allowed_tools, and "
+    "optionally run_id, instructions, budgets. The identity must be one the calling "
+    "service's grants cover."
+)
 
 
-@router.post("/runs", status_code=202, response_model=Started,
-             responses={409: PROBLEM_SCHEMA, 200: {"model": Started}})
+@router.post(
+    "/runs",
+    status_code=202,
+    response_model=Started,
+    responses={409: PROBLEM_SCHEMA, 200: {"model": Started}},
+)
 async def start_run(
-    ctx: Ctx, caller: Who, response: Response,
+    ctx: Ctx,
+    caller: Who,
+    response: Response,
     spec: Annotated[dict[str, Any], Body(description=SPEC_DOC)],
 ) -> Started:
     """Start a run (202), or find the same one already started (200)."""
@@ -69,14 +77,18 @@ async def start_run(
         same = spec_hash(parse_spec(payload), payload.get("identity") or {})
         ours = f"service:{ctx.client.signer().key_id}"
         if (existing.spec_hash, existing.vouched_by) != (same, ours):
-            raise Problem(409, f"run {parsed.run_id} exists with another spec, identity or "
-                          "submitter: submit under a new run id")
+            raise Problem(
+                409,
+                f"run {parsed.run_id} exists with another spec, identity or "
+                "submitter: submit under a new run id",
+            )
         response.status_code = 200
         return Started(run_id=parsed.run_id, created=False)
     await ctx.client.submit(parsed)
     # The run records this server as its voucher (the ingress knows one); who asked is here.
-    log.info("run submitted", extra=log_fields(run_id=parsed.run_id, caller=caller.name,
-                                               via=caller.via))
+    log.info(
+        "run submitted", extra=log_fields(run_id=parsed.run_id, caller=caller.name, via=caller.via)
+    )
     return Started(run_id=parsed.run_id, created=True)
 
 
@@ -104,7 +116,8 @@ def _readable(caller: Caller, trust: TrustConfig, run: RunRecord) -> bool:
 
 @router.get("/runs", response_model=RunPage)
 async def list_runs(
-    ctx: Ctx, caller: Who,
+    ctx: Ctx,
+    caller: Who,
     status: Annotated[str | None, Query(description="comma-separated run states")] = None,
     tool: Annotated[str | None, Query(description="runs allowed this tool")] = None,
     user: Annotated[str | None, Query(description="runs acting for this user")] = None,
@@ -119,10 +132,22 @@ async def list_runs(
     except ValueError as exc:
         raise Problem(422, f"cursor: {exc}") from None
     trust = ctx.trust.current()
-    wanted = RunFilter(_statuses(status), tool, user, _ms(since) or 0, _ms(until),
-                       readable=lambda run: _readable(caller, trust, run))
-    runs, more = await page(ctx.client.ledger, ctx.settings.partitions, wanted, after,
-                            min(limit, ctx.api.max_page), ctx.settings.tenant)
+    wanted = RunFilter(
+        _statuses(status),
+        tool,
+        user,
+        _ms(since) or 0,
+        _ms(until),
+        readable=lambda run: _readable(caller, trust, run),
+    )
+    runs, more = await page(
+        ctx.client.ledger,
+        ctx.settings.partitions,
+        wanted,
+        after,
+        min(limit, ctx.api.max_page),
+        ctx.settings.tenant,
+    )
     rows = [{**run_row(run), "allowed_tools": run.allowed_tools} for run in runs]
     return RunPage(runs=rows, next_cursor=None if more is None else encode_cursor(more))
 

@@ -27,8 +27,12 @@ def add_command(sub: Any) -> None:
     defaults = ApiSettings()
     serve = sub.add_parser("serve", help="the HTTP API (runs, live events, inbox, actions)")
     serve.add_argument("--host", default=defaults.host, help=f"default {defaults.host}")
-    serve.add_argument("--port", type=_port, default=defaults.port,
-                       help=f"default {defaults.port}; 0 picks a free port")
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=defaults.port,
+        help=f"default {defaults.port}; 0 picks a free port",
+    )
     serve.set_defaults(handler=cmd_serve)
 
 
@@ -47,8 +51,11 @@ def console_operator(console: Any, people: Any) -> str | None:
     lists them; else None, said in one line (the API serves regardless)."""
     name: str | None = console.operator
     if name is not None and name not in people:
-        print(f"callgate serve: no console login link: CALLGATE_CONSOLE_OPERATOR names "
-              f"{name!r}, who is not a person of the trust file", file=sys.stderr)
+        print(
+            f"callgate serve: no console login link: CALLGATE_CONSOLE_OPERATOR names "
+            f"{name!r}, who is not a person of the trust file",
+            file=sys.stderr,
+        )
         return None
     return name
 
@@ -75,16 +82,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (CallgateError, OSError, ValueError) as exc:
         print(f"callgate serve: cannot start: {exc}", file=sys.stderr)
         return 1
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=3)
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=3
+    )
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"callgate serve: listening on http://{shown}:{port}", flush=True)
     if operator is not None:
         link = login_url(f"http://{shown}:{port}", app.state.sessions.issue_link(operator))
-        print(f"callgate serve: web console for {operator} (one-time login link, "
-              f"{console.login_ttl_s:.0f} s): {link}", flush=True)
+        print(
+            f"callgate serve: web console for {operator} (one-time login link, "
+            f"{console.login_ttl_s:.0f} s): {link}",
+            flush=True,
+        )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(server.serve(sockets=[sock]))
     return 0

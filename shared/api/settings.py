@@ -22,16 +22,19 @@ class ApiSettings(BaseSettings):
         "people post through the API, only for the people its ``signs_for`` lists.",
     )
     delegate_key: Path | None = Field(
-        default=None,
-        description="The delegate's private key; default: HOME/keys/<delegate>.pem.",
+        default=None, description="The delegate's private key; default: HOME/keys/<delegate>.pem."
     )
     verdict_timeout_s: float = Field(
-        default=10.0, gt=0, le=120,
+        default=10.0,
+        gt=0,
+        le=120,
         description="How long an action waits for the validator's verdict before answering "
         "202 (posted, no verdict yet).",
     )
     sse_block_ms: int = Field(
-        default=15_000, ge=10, le=60_000,
+        default=15_000,
+        ge=10,
+        le=60_000,
         description="Longest wait for a run's next event before an SSE keep-alive comment.",
     )
     max_page: int = Field(default=200, ge=1, le=1000, description="Most runs one page lists.")

@@ -15,12 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.auth.tenancy import check_tenancy, check_tenant_named, issuer_identity_tenant
-from callgate.auth.tokens import (
-    CLOCK_SKEW_S,
-    check_grant,
-    verify_identity_token,
-    verify_submission,
-)
+from callgate.auth.tokens import CLOCK_SKEW_S, check_grant, verify_identity_token, verify_submission
 from callgate.auth.trust import TrustConfig
 from callgate.errors import AuthError
 from callgate.jobs import StartJob
@@ -63,8 +58,9 @@ def admit(
         check_tenancy(trust, claimed, run_id)
         check_tenant_named(trust, service, claimed)
         return Admitted(dict(claimed), f"service:{service}")
-    verified = verify_identity_token(job.identity_token, trust, now=now,
-                                     max_lifetime_s=token_max_age_s)
+    verified = verify_identity_token(
+        job.identity_token, trust, now=now, max_lifetime_s=token_max_age_s
+    )
     if isinstance(claimed, dict) and claimed.get("user") not in (None, verified.user):
         raise AuthError(f"the spec names {claimed.get('user')!r}, the token {verified.user!r}")
     identity = issuer_identity_tenant(

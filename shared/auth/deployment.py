@@ -62,9 +62,11 @@ class TrustSource:
             # lands mid-read is read again at the next call.
             if self._stamp_now() == stamp:
                 self._refused = stamp
-                log.error("the trust file does not load: the last version that did stays in "
-                          "force until it is fixed (`callgate doctor` checks it)",
-                          extra=log_fields(trust_file=str(self._path), reason=str(exc)))
+                log.error(
+                    "the trust file does not load: the last version that did stays in "
+                    "force until it is fixed (`callgate doctor` checks it)",
+                    extra=log_fields(trust_file=str(self._path), reason=str(exc)),
+                )
             return self._trust
         self._trust, self._stamp = trust, stamp
         return trust
@@ -74,8 +76,10 @@ def trust_of(settings: Settings) -> TrustConfig:
     """The deployment's trust configuration; an empty one (trusting nobody) if there is none."""
     path = settings.trust_path
     if not path.exists():
-        log.warning("no trust file: every submission and decision will be refused",
-                    extra=log_fields(trust_file=str(path)))
+        log.warning(
+            "no trust file: every submission and decision will be refused",
+            extra=log_fields(trust_file=str(path)),
+        )
         return TrustConfig()
     return load_trust(path)
 

@@ -30,12 +30,7 @@ from callgate.auth.keys import (
     write_secret_file,
 )
 from callgate.auth.tokens import Signer
-from callgate.auth.trust import (
-    ANY,
-    TrustConfig,
-    read_trust_document,
-    trust_from_document,
-)
+from callgate.auth.trust import ANY, TrustConfig, read_trust_document, trust_from_document
 from callgate.errors import KeyFileError
 
 LOCAL_SUBMITTER = "local"
@@ -89,8 +84,7 @@ class LocalKeyring:
                     entry = {"roles": list(people[name]), "public_key": self._key_text(name)}
                     document.setdefault("people", {})[name] = entry
                 else:
-                    entry = {"public_key": self._key_text(name),
-                             "signs_for": list(delegates[name])}
+                    entry = {"public_key": self._key_text(name), "signs_for": list(delegates[name])}
                     document.setdefault("delegates", {})[name] = entry
             return self._save(document, changed=bool(missing))
 

@@ -89,8 +89,10 @@ def check_tenant_named(trust: TrustConfig, service: str, identity: Mapping[str, 
     none lands outside every tenant's reach (and inside the untenanted logins')."""
     allowed = trust.submitters[service].attributes.get(TENANT_FIELD)
     if allowed and ANY not in allowed and identity.get(TENANT_FIELD) is None:
-        raise AuthError(f"{service} starts runs of {', '.join(allowed)} only: name the tenant "
-                        f"as identity.{TENANT_FIELD}")
+        raise AuthError(
+            f"{service} starts runs of {', '.join(allowed)} only: name the tenant "
+            f"as identity.{TENANT_FIELD}"
+        )
 
 
 def check_tenancy(trust: TrustConfig, identity: Mapping[str, Any], run_id: str) -> None:
@@ -98,8 +100,9 @@ def check_tenancy(trust: TrustConfig, identity: Mapping[str, Any], run_id: str) 
     with ``<tenant>.``, and a run id starting with a known tenant's name belongs to it."""
     tenant = tenant_of(identity)
     if tenant is not None and not run_id.startswith(run_id_prefix(tenant)):
-        raise AuthError(f"a run of tenant {tenant} needs a run id starting "
-                        f"{run_id_prefix(tenant)!r}")
+        raise AuthError(
+            f"a run of tenant {tenant} needs a run id starting {run_id_prefix(tenant)!r}"
+        )
     named = prefix_tenant(run_id)
     if named is not None and named != tenant and named in tenants(trust):
         raise AuthError(f"run ids starting {run_id_prefix(named)!r} belong to tenant {named}")

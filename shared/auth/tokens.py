@@ -150,8 +150,10 @@ def check_grant(trust: TrustConfig, service: str, identity: Mapping[str, Any]) -
             continue
         allowed = submitter.attributes.get(name)
         if allowed is None:
-            raise AuthError(f"{service} may not assert the identity field {name!r} "
-                            "(list it under the submitter's attributes in the trust file)")
+            raise AuthError(
+                f"{service} may not assert the identity field {name!r} "
+                "(list it under the submitter's attributes in the trust file)"
+            )
         if ANY not in allowed and value not in allowed:
             raise AuthError(f"{service} may not assert {name} = {value!r}")
 
@@ -196,8 +198,13 @@ def verify_access(token: str, trust: TrustConfig, *, now: float) -> str:
         raise AuthError(_not_a("submitter or person", kid, trust))
     if trust.public_key_of(kid) is None:
         raise AuthError(f"{kid} has no key of their own in the trust file")
-    claims = _verified_claims(token, [_own_key(trust, kid)], required=_ACCESS_CLAIMS, now=now,
-                              max_lifetime_s=ACCESS_MAX_LIFETIME_S)
+    claims = _verified_claims(
+        token,
+        [_own_key(trust, kid)],
+        required=_ACCESS_CLAIMS,
+        now=now,
+        max_lifetime_s=ACCESS_MAX_LIFETIME_S,
+    )
     _expect_shape(claims, ("sub", "jti", "typ"), ACCESS_TYPE)
     if claims["sub"] != kid:
         raise AuthError(f"{kid} may not speak as {claims['sub']}")
@@ -237,9 +244,13 @@ def verify_identity_token(
         raise AuthError(str(exc)) from None
     jti = claims.get("jti")
     named = f"{name}\0{jti}" if isinstance(jti, str) and jti else token
-    return VerifiedIdentity(user=user, roles=roles, issuer=name,
-                            token_id=hashlib.sha256(named.encode()).hexdigest(),
-                            expires_at=float(claims["exp"]))
+    return VerifiedIdentity(
+        user=user,
+        roles=roles,
+        issuer=name,
+        token_id=hashlib.sha256(named.encode()).hexdigest(),
+        expires_at=float(claims["exp"]),
+    )
 
 
 def _check_signs_for(trust: TrustConfig, signer: str, person: str) -> None:

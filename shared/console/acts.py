@@ -38,15 +38,23 @@ def _field(form: Any, name: str) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-def _done(request: Request, caller: Caller, verdict: actions.Verdict, status: int,
-          run_id: str) -> Response:
-    return page("done.html", status=status, caller=caller, csrf=csrf_of(request),
-                verdict=verdict, run_id=run_id)
+def _done(
+    request: Request, caller: Caller, verdict: actions.Verdict, status: int, run_id: str
+) -> Response:
+    return page(
+        "done.html",
+        status=status,
+        caller=caller,
+        csrf=csrf_of(request),
+        verdict=verdict,
+        run_id=run_id,
+    )
 
 
 @router.get("/console/approvals/{approval_id}/{decision}")
-async def confirm_decision(request: Request, approval_id: str,
-                           decision: Literal["approve", "deny"]) -> Response:
+async def confirm_decision(
+    request: Request, approval_id: str, decision: Literal["approve", "deny"]
+) -> Response:
     async def gather(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
         record = await ctx.desk.find(approval_id)
         if record is None:
@@ -57,8 +65,9 @@ async def confirm_decision(request: Request, approval_id: str,
 
 
 @router.post("/console/approvals/{approval_id}/{decision}")
-async def decide(request: Request, approval_id: str,
-                 decision: Literal["approve", "deny"]) -> Response:
+async def decide(
+    request: Request, approval_id: str, decision: Literal["approve", "deny"]
+) -> Response:
     ctx, caller = context_of(request), None
     try:
         caller = await _acting(request)
@@ -73,16 +82,18 @@ async def decide(request: Request, approval_id: str,
 
 
 @router.get("/console/runs/{run_id}/calls/{call_id}/resolve")
-async def confirm_resolve(request: Request, run_id: str, call_id: str,
-                          outcome: Outcome) -> Response:
+async def confirm_resolve(
+    request: Request, run_id: str, call_id: str, outcome: Outcome
+) -> Response:
     async def gather(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
         call = await ctx.client.ledger.get_call(run_id, call_id)
         if call is None:
             raise Problem(404, f"no call {call_id} in run {run_id}")
         return {"call": call}
 
-    return await signed_page(request, "confirm_resolve.html", gather, run_id=run_id,
-                             outcome=outcome)
+    return await signed_page(
+        request, "confirm_resolve.html", gather, run_id=run_id, outcome=outcome
+    )
 
 
 @router.post("/console/runs/{run_id}/calls/{call_id}/resolve")
@@ -103,11 +114,11 @@ def _resolution(form: Any) -> actions.Resolve:
     raw = _field(form, "result")
     try:
         result = None if raw is None else orjson.loads(raw)
-        return actions.Resolve.model_validate({"outcome": _field(form, "outcome"),
-                                               "result": result,
-                                               "reason": _field(form, "reason")})
+        return actions.Resolve.model_validate(
+            {"outcome": _field(form, "outcome"), "result": result, "reason": _field(form, "reason")}
+        )
     except orjson.JSONDecodeError:
-        raise Problem(422, "result: not JSON (write an object, e.g. {\"id\": \"r-1\"})") from None
+        raise Problem(422, 'result: not JSON (write an object, e.g. {"id": "r-1"})') from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -115,8 +126,9 @@ def _resolution(form: Any) -> actions.Resolve:
 
 
 @router.get("/console/runs/{run_id}/{act}")
-async def confirm_control(request: Request, run_id: str,
-                          act: Literal["cancel", "resume"]) -> Response:
+async def confirm_control(
+    request: Request, run_id: str, act: Literal["cancel", "resume"]
+) -> Response:
     return await signed_page(request, "confirm_control.html", _nothing, run_id=run_id, act=act)
 
 
@@ -133,11 +145,13 @@ async def control(request: Request, run_id: str, act: Literal["cancel", "resume"
         reason = _field(await request.form(), "reason")
         answer = Response()
         if act == "cancel":
-            verdict = await actions.cancel(ctx, caller, answer, run_id,
-                                           actions.Cancel(reason=reason))
+            verdict = await actions.cancel(
+                ctx, caller, answer, run_id, actions.Cancel(reason=reason)
+            )
         else:
-            verdict = await actions.resume(ctx, caller, answer, run_id,
-                                           actions.Resume(reason=reason))
+            verdict = await actions.resume(
+                ctx, caller, answer, run_id, actions.Resume(reason=reason)
+            )
     except Problem as exc:
         return problem_page(request, exc, caller)
     return _done(request, caller, verdict, answer.status_code, run_id)

@@ -33,8 +33,15 @@ def login_url(base: str, token: str) -> str:
 def _form(request: Request, error: str | None = None, status: int = 200) -> Response:
     token = secrets.token_urlsafe(24)
     response = page("login.html", status=status, caller=None, csrf=token, error=error)
-    response.set_cookie(LOGIN_COOKIE, token, max_age=600, path=LOGIN_PATH, httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+    response.set_cookie(
+        LOGIN_COOKIE,
+        token,
+        max_age=600,
+        path=LOGIN_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -52,8 +59,12 @@ async def login_page(request: Request, token: str | None = None) -> Response:
     person = sessions_of(request).redeem(token)
     trust = context_of(request).trust.current()
     if person is None or person not in trust.people:
-        return _form(request, "this login link was used already, has expired or is unknown: "
-                     "ask for a new one, or sign in with a token", status=401)
+        return _form(
+            request,
+            "this login link was used already, has expired or is unknown: "
+            "ask for a new one, or sign in with a token",
+            status=401,
+        )
     return _signed_in(request, person, "link")
 
 
@@ -66,8 +77,9 @@ async def login_with_token(request: Request) -> Response:
     token = form.get("token")
     trust = context_of(request).trust.current()
     try:
-        caller = authenticate(f"Bearer {token if isinstance(token, str) else ''}", trust,
-                              now=now_ms() / 1000)
+        caller = authenticate(
+            f"Bearer {token if isinstance(token, str) else ''}", trust, now=now_ms() / 1000
+        )
         as_person(caller, trust)
     except AuthError as exc:
         return _form(request, f"{exc.reason}: paste a valid token", status=401)
@@ -81,8 +93,14 @@ async def logout(request: Request) -> Response:
     """End the session (with its CSRF token, so another site cannot sign you out)."""
     session = sessions_of(request).read(request)
     if session is not None and not await csrf_ok(request, session.csrf):
-        return page("problem.html", status=403, caller=None, csrf="", status_code=403,
-                    detail="missing or wrong CSRF token: reload the page and try again")
+        return page(
+            "problem.html",
+            status=403,
+            caller=None,
+            csrf="",
+            status_code=403,
+            detail="missing or wrong CSRF token: reload the page and try again",
+        )
     response = RedirectResponse(LOGIN_PATH, status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response

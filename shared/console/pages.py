@@ -43,8 +43,14 @@ async def signed_in(request: Request) -> Caller | None:
 
 def problem_page(request: Request, exc: Problem, caller: Caller | None) -> Response:
     """A refusal as a page: its status and its one line, exactly as the API says it."""
-    return page("problem.html", status=exc.status, caller=caller, csrf=csrf_of(request),
-                status_code=exc.status, detail=exc.detail)
+    return page(
+        "problem.html",
+        status=exc.status,
+        caller=caller,
+        csrf=csrf_of(request),
+        status_code=exc.status,
+        detail=exc.detail,
+    )
 
 
 async def signed_page(request: Request, template: str, gather: Gather, **extra: Any) -> Response:
@@ -73,8 +79,7 @@ async def runs_page(request: Request) -> Response:
 
 @router.get("/console/inbox")
 async def inbox_page(request: Request) -> Response:
-    return await signed_page(request, "inbox.html", views.inbox_items,
-                             live="/console/live/inbox")
+    return await signed_page(request, "inbox.html", views.inbox_items, live="/console/live/inbox")
 
 
 @router.get("/console/runs/{run_id}")
@@ -108,12 +113,14 @@ async def _live(request: Request, template: str, gather: Gather) -> Response:
     if caller is None:
         raise Problem(401, "no valid console session (sign in again)")
     frames = follow(request, caller, template, gather)
-    return StreamingResponse(frames, media_type="text/event-stream",
-                             headers={**HEADERS, "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        frames, media_type="text/event-stream", headers={**HEADERS, "X-Accel-Buffering": "no"}
+    )
 
 
-async def follow(request: Request, caller: Caller, template: str,
-                 gather: Gather) -> AsyncIterator[bytes]:
+async def follow(
+    request: Request, caller: Caller, template: str, gather: Gather
+) -> AsyncIterator[bytes]:
     """The fragment now, then again whenever it changed, for `LIVE_FOR_S` (a closed
     connection ends it earlier: the response stops at the disconnect)."""
     ctx, csrf = context_of(request), csrf_of(request)

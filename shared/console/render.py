@@ -18,25 +18,37 @@ from callgate.ops.trace import wall_clock
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-           "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-           "Cache-Control": "no-store"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
 
 
 def _pretty(value: Any) -> str:
     """JSON for people to read (escaped by the template like any other text)."""
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
-                        default=str).decode()
+    return orjson.dumps(
+        value, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str
+    ).decode()
 
 
 def _compact(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
 
 
-ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True,
-                  undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 ENV.filters["pretty"] = _pretty
 ENV.filters["compact"] = _compact
 ENV.filters["wall"] = wall_clock

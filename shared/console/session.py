@@ -60,8 +60,11 @@ class Sessions:
 
     @classmethod
     def create(cls, settings: ConsoleSettings) -> Sessions:
-        secret = (settings.secret.get_secret_value() if settings.secret is not None
-                  else secrets.token_urlsafe(32))
+        secret = (
+            settings.secret.get_secret_value()
+            if settings.secret is not None
+            else secrets.token_urlsafe(32)
+        )
         return cls(settings, URLSafeTimedSerializer(secret, salt="callgate.console.session"))
 
     def issue_link(self, person: str) -> str:
@@ -78,9 +81,15 @@ class Sessions:
     def open(self, response: Response, request: Request, person: str, via: str) -> None:
         """Start a session for ``person``: the signed cookie on ``response``."""
         value = self.serializer.dumps({"p": person, "via": via, "csrf": secrets.token_urlsafe(24)})
-        response.set_cookie(COOKIE, value, max_age=int(self.settings.session_ttl_s), path="/",
-                            httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https")
+        response.set_cookie(
+            COOKIE,
+            value,
+            max_age=int(self.settings.session_ttl_s),
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
 
     def read(self, request: Request) -> Session | None:
         """The request's valid session, or None (no cookie, a forged or expired one)."""
@@ -106,8 +115,9 @@ class Sessions:
             raise AuthError(f"{session.person} is no longer a person of the trust file")
         if request.method not in SAFE_METHODS and not await csrf_ok(request, session.csrf):
             raise Problem(403, "missing or wrong CSRF token: reload the page and try again")
-        return Caller(session.person, "person", trust.roles_of(session.person),
-                      f"console:{session.via}")
+        return Caller(
+            session.person, "person", trust.roles_of(session.person), f"console:{session.via}"
+        )
 
 
 async def csrf_ok(request: Request, expected: str) -> bool:

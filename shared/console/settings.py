@@ -23,7 +23,9 @@ class ConsoleSettings(BaseSettings):
         description="The key session cookies are signed with; unset: a random one per "
         "process (sessions end when the server restarts; replicas need a shared one).",
     )
-    login_ttl_s: float = Field(default=300.0, gt=0, le=3600,
-                               description="How long the one-time login link stays valid.")
-    session_ttl_s: float = Field(default=8 * 3600.0, gt=0, le=7 * 24 * 3600,
-                                 description="How long a console session lasts.")
+    login_ttl_s: float = Field(
+        default=300.0, gt=0, le=3600, description="How long the one-time login link stays valid."
+    )
+    session_ttl_s: float = Field(
+        default=8 * 3600.0, gt=0, le=7 * 24 * 3600, description="How long a console session lasts."
+    )

@@ -24,8 +24,17 @@ and the door's refusals."""
 
 async def runs_list(ctx: ApiContext, caller: Caller) -> dict[str, Any]:
     """The newest runs, as `GET /runs` answers them."""
-    found = await runs.list_runs(ctx, caller, status=None, tool=None, user=None, since=None,
-                                 until=None, cursor=None, limit=50)
+    found = await runs.list_runs(
+        ctx,
+        caller,
+        status=None,
+        tool=None,
+        user=None,
+        since=None,
+        until=None,
+        cursor=None,
+        limit=50,
+    )
     return {"runs": found.runs}
 
 
@@ -55,15 +64,29 @@ def timeline(view: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any
     calls = []
     for call in view["calls"]:
         seen = spans.get(call["call_id"], [])
-        calls.append({**call, "arguments": redact(call["arguments"]),
-                      "result": redact(call["result"]),
-                      "took_s": (max(seen) - min(seen)) / 1000 if seen else None})
+        calls.append(
+            {
+                **call,
+                "arguments": redact(call["arguments"]),
+                "result": redact(call["result"]),
+                "took_s": (max(seen) - min(seen)) / 1000 if seen else None,
+            }
+        )
     turns: dict[int, list[dict[str, Any]]] = {}
     for call in calls:
         turns.setdefault(call["turn"], []).append(call)
-    decisions = [e for e in trace if e["type"].startswith(DECISION_PREFIXES)
-                 or (e["type"] == "call.transition" and e["data"].get("to") in RECONCILING)]
+    decisions = [
+        e
+        for e in trace
+        if e["type"].startswith(DECISION_PREFIXES)
+        or (e["type"] == "call.transition" and e["data"].get("to") in RECONCILING)
+    ]
     status = view["status"]
     acts = ([] if status in ENDED else ["cancel"]) + (["resume"] if status in RESUMABLE else [])
-    return {"run": view, "turns": sorted(turns.items()), "events": trace,
-            "decisions": decisions, "acts": acts}
+    return {
+        "run": view,
+        "turns": sorted(turns.items()),
+        "events": trace,
+        "decisions": decisions,
+        "acts": acts,
+    }

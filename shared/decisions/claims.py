@@ -37,12 +37,10 @@ class ApprovalClaims(BaseModel):
 
 
 def approval_claims(
-    act: DecisionKind, *, run: str, apr: str, call: str, hash: str, reason: str | None,
-    jti: str,
+    act: DecisionKind, *, run: str, apr: str, call: str, hash: str, reason: str | None, jti: str
 ) -> dict[str, object]:
     """The claims to sign for one approval decision."""
-    claims = ApprovalClaims(act=act, run=run, apr=apr, call=call, hash=hash, reason=reason,
-                            jti=jti)
+    claims = ApprovalClaims(act=act, run=run, apr=apr, call=call, hash=hash, reason=reason, jti=jti)
     return claims.model_dump(exclude_none=True)
 
 
@@ -81,12 +79,26 @@ class ResolveClaims(BaseModel):
 
 
 def resolve_claims(
-    *, run: str, call: str, op: str, outcome: ResolveOutcome, result: dict[str, object] | None,
-    reason: str | None, jti: str,
+    *,
+    run: str,
+    call: str,
+    op: str,
+    outcome: ResolveOutcome,
+    result: dict[str, object] | None,
+    reason: str | None,
+    jti: str,
 ) -> dict[str, object]:
     """The claims to sign for one resolution."""
-    claims = ResolveClaims(act="resolve", run=run, call=call, op=op, outcome=outcome,
-                           result=result, reason=reason, jti=jti)
+    claims = ResolveClaims(
+        act="resolve",
+        run=run,
+        call=call,
+        op=op,
+        outcome=outcome,
+        result=result,
+        reason=reason,
+        jti=jti,
+    )
     return claims.model_dump(exclude_none=True)
 
 

@@ -35,7 +35,10 @@ def resume_turn(run: RunRecord) -> int:
 
 
 def refusal(
-    run: RunRecord | None, claims: ControlClaims, decided: VerifiedDecision, operator_role: str,
+    run: RunRecord | None,
+    claims: ControlClaims,
+    decided: VerifiedDecision,
+    operator_role: str,
     turn_has_calls: bool,
 ) -> str | None:
     """Why the cancel or resume must not apply, or None if it may (pure)."""
@@ -75,22 +78,34 @@ class ControlFlow:
         assert run is not None
         decider = Decider(decided.person, decided.signer, token, claims.jti)
         if claims.act == "cancel":
-            tx = await self.ledger.cancel_run(run, calls, decider, reason=claims.reason,
-                                              msg_id=msg_id)
+            tx = await self.ledger.cancel_run(
+                run, calls, decider, reason=claims.reason, msg_id=msg_id
+            )
         else:
             budget = _budget(run, claims)
             tx = await self.ledger.resume_run(
-                run, decider, turn=budget.turn, max_turns=budget.max_turns,
-                deadline_ms=budget.deadline_ms, max_total_tokens=budget.max_total_tokens,
-                msg_id=msg_id)
+                run,
+                decider,
+                turn=budget.turn,
+                max_turns=budget.max_turns,
+                deadline_ms=budget.deadline_ms,
+                max_total_tokens=budget.max_total_tokens,
+                msg_id=msg_id,
+            )
         if (await self.ledger.apply(tx)).ok:
-            log.info(f"run {claims.act}", extra=log_fields(run_id=run.run_id,
-                                                            person=decided.person))
+            log.info(
+                f"run {claims.act}", extra=log_fields(run_id=run.run_id, person=decided.person)
+            )
             if claims.act == "cancel":
                 spans.run_ended(run, RunState.CANCELLED)
             return
-        await self._refuse(claims.run, msg_id, "the run moved on meanwhile, or this decision "
-                           "was applied already; look again and decide anew", decided.person)
+        await self._refuse(
+            claims.run,
+            msg_id,
+            "the run moved on meanwhile, or this decision "
+            "was applied already; look again and decide anew",
+            decided.person,
+        )
 
     async def _refuse(self, run_id: str, msg_id: str, reason: str, person: str) -> None:
         await refuse(self.ledger, "control.refused", run_id, msg_id, reason, person)
@@ -114,5 +129,9 @@ def _budget(run: RunRecord, claims: ControlClaims) -> Budget:
     else:
         deadline = run.deadline_ms if run.deadline_ms and run.deadline_ms > now else None
     turn = resume_turn(run)
-    return Budget(turn, claims.max_turns or max(run.max_turns, turn), deadline,
-                  claims.max_total_tokens or run.max_total_tokens)
+    return Budget(
+        turn,
+        claims.max_turns or max(run.max_turns, turn),
+        deadline,
+        claims.max_total_tokens or run.max_total_tokens,
+    )

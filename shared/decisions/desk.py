@@ -36,9 +36,18 @@ from callgate.streams.commands import post
 
 __all__ = ["ApprovalDesk", "DecisionKind", "Outcome", "last_event_id", "wait_outcome"]
 
-OUTCOME_EVENTS = frozenset({"approval.approved", "approval.denied", "approval.refused",
-                            "call.resolved", "resolve.refused", "run.cancelled", "run.resumed",
-                            "control.refused"})
+OUTCOME_EVENTS = frozenset(
+    {
+        "approval.approved",
+        "approval.denied",
+        "approval.refused",
+        "call.resolved",
+        "resolve.refused",
+        "run.cancelled",
+        "run.resumed",
+        "control.refused",
+    }
+)
 
 
 def _text(value: bytes | str) -> str:
@@ -121,27 +130,50 @@ class ApprovalDesk:
         """Sign and post a decision on ``record`` as ``person`` (default: the signer, deciding
         for themselves), for the arguments it binds unless ``args_hash`` says otherwise."""
         jti = new_id()
-        claims = approval_claims(decision, run=record.run_id, apr=record.approval_id,
-                                 call=record.call_id, hash=args_hash or record.args_hash,
-                                 reason=reason, jti=jti)
+        claims = approval_claims(
+            decision,
+            run=record.run_id,
+            apr=record.approval_id,
+            call=record.call_id,
+            hash=args_hash or record.args_hash,
+            reason=reason,
+            jti=jti,
+        )
         token = sign_decision(signer, person=person or signer.key_id, claims=claims)
         return await self.post_signed(record.run_id, record.turn, token, jti)
 
     async def resolve(
-        self, call: CallRecord, outcome: ResolveOutcome, signer: Signer, *,
-        result: dict[str, object] | None = None, reason: str | None = None,
+        self,
+        call: CallRecord,
+        outcome: ResolveOutcome,
+        signer: Signer,
+        *,
+        result: dict[str, object] | None = None,
+        reason: str | None = None,
         person: str | None = None,
     ) -> SignedDecision:
         """Sign and post a resolution of ``call``'s unknown outcome, bound to its operation id."""
         jti = new_id()
-        claims = resolve_claims(run=call.run_id, call=call.call_id, op=call.operation_id or "",
-                                outcome=outcome, result=result, reason=reason, jti=jti)
+        claims = resolve_claims(
+            run=call.run_id,
+            call=call.call_id,
+            op=call.operation_id or "",
+            outcome=outcome,
+            result=result,
+            reason=reason,
+            jti=jti,
+        )
         token = sign_decision(signer, person=person or signer.key_id, claims=claims)
         return await self.post_signed(call.run_id, call.turn, token, jti)
 
     async def control(
-        self, run: RunRecord, act: Literal["cancel", "resume"], signer: Signer, *,
-        budget: Mapping[str, float | str | None] | None = None, person: str | None = None,
+        self,
+        run: RunRecord,
+        act: Literal["cancel", "resume"],
+        signer: Signer,
+        *,
+        budget: Mapping[str, float | str | None] | None = None,
+        person: str | None = None,
     ) -> SignedDecision:
         """Sign and post a cancel or resume of ``run`` (``budget``: reason, max_turns,
         deadline_s, max_total_tokens, as `ControlClaims` takes them)."""
@@ -186,9 +218,7 @@ async def wait_outcome(
     cursor = after_id
     while (left_s := deadline - time.monotonic()) > 0:
         with redis_errors():
-            reply = await redis.xread(
-                {stream: cursor}, count=100, block=max(1, int(left_s * 1000))
-            )
+            reply = await redis.xread({stream: cursor}, count=100, block=max(1, int(left_s * 1000)))
         for _, entries in reply or []:
             for entry_id, fields in entries:
                 cursor = _text(entry_id)

@@ -60,8 +60,7 @@ class ApprovalFlow:
             act = decided.claims.get("act")
             if act == "resolve":
                 resolved = read_resolve_claims(decided.claims)
-                await self.resolutions.on_resolve(message.msg_id, message.token, resolved,
-                                                  decided)
+                await self.resolutions.on_resolve(message.msg_id, message.token, resolved, decided)
                 return
             if act in ("cancel", "resume"):
                 control = read_control_claims(decided.claims)
@@ -102,18 +101,24 @@ class ApprovalFlow:
         record = await self.ledger.get_approval(message.run_id, message.approval_id)
         if record is None or record.state != "pending" or now_ms() < record.expires_ms:
             return "done"
-        return await self._apply(record, CallState.EXPIRED, message.msg_id, None,
-                                 "approval expired")
+        return await self._apply(
+            record, CallState.EXPIRED, message.msg_id, None, "approval expired"
+        )
 
     async def _apply(
-        self, record: ApprovalRecord, to: CallState, msg_id: str, decider: Decider | None,
+        self,
+        record: ApprovalRecord,
+        to: CallState,
+        msg_id: str,
+        decider: Decider | None,
         reason: str | None,
     ) -> Result:
         if await self.ledger.get_run(record.run_id) is None:
             return "done"
         calls = await self.ledger.turn_calls(record.run_id, record.turn)
-        tx = self.ledger.apply_approval(record, to, calls, msg_id=msg_id, decider=decider,
-                                        reason=reason)
+        tx = self.ledger.apply_approval(
+            record, to, calls, msg_id=msg_id, decider=decider, reason=reason
+        )
         crash_point("validator.mid_approval")
         result = await self.ledger.apply(tx)
         if result.ok or result.failed is None:

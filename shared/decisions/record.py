@@ -65,10 +65,7 @@ def shown_state(state: str) -> str:
 
 
 def refusal(
-    record: ApprovalRecord | None,
-    claims: ApprovalClaims,
-    decided: VerifiedDecision,
-    now_ms: int,
+    record: ApprovalRecord | None, claims: ApprovalClaims, decided: VerifiedDecision, now_ms: int
 ) -> str | None:
     """Why a verified decision must not apply to ``record``, or None if it may.  The person
     and their roles are the verified ones, never a name a message carries."""

@@ -20,8 +20,11 @@ async def refuse(
     ledger: Ledger, event: str, run_id: str, msg_id: str, reason: str, person: str | None
 ) -> None:
     """Record that the decision ``msg_id`` on ``run_id`` was refused, and why."""
-    log.warning("decision refused", extra=log_fields(event=event, run_id=run_id, msg_id=msg_id,
-                                                      person=person, reason=reason))
-    tx = ledger.refuse_decision(run_id, only_if_run_exists=True, event=event, person=person,
-                                reason=reason, msg_id=msg_id)
+    log.warning(
+        "decision refused",
+        extra=log_fields(event=event, run_id=run_id, msg_id=msg_id, person=person, reason=reason),
+    )
+    tx = ledger.refuse_decision(
+        run_id, only_if_run_exists=True, event=event, person=person, reason=reason, msg_id=msg_id
+    )
     await ledger.apply(tx)

@@ -23,6 +23,7 @@ from callgate.tools.contract import Identity
 
 log = logging.getLogger("callgate.resolve")
 
+
 def resolver_roles(runtime: Runtime, run: RunRecord, call: CallRecord) -> frozenset[str]:
     """Who may resolve ``call``: its approver role (if the tool's rule names one for these
     arguments and this identity) and, always, the deployment's operator role."""
@@ -30,8 +31,9 @@ def resolver_roles(runtime: Runtime, run: RunRecord, call: CallRecord) -> frozen
     tool = runtime.registry.get(call.tool)
     if tool is not None and call.arguments is not None:
         try:
-            role = tool.approval(Identity.model_validate(run.identity),
-                                 tool.validate(call.arguments))
+            role = tool.approval(
+                Identity.model_validate(run.identity), tool.validate(call.arguments)
+            )
         except ValueError:  # pydantic's ValidationError included
             role = None
         if role is not None:
@@ -40,7 +42,9 @@ def resolver_roles(runtime: Runtime, run: RunRecord, call: CallRecord) -> frozen
 
 
 def refusal(
-    call: CallRecord | None, claims: ResolveClaims, decided: VerifiedDecision,
+    call: CallRecord | None,
+    claims: ResolveClaims,
+    decided: VerifiedDecision,
     allowed_roles: frozenset[str],
 ) -> str | None:
     """Why the resolution must not apply, or None if it may (pure)."""
@@ -83,12 +87,25 @@ class ResolveFlow:
         if claims.outcome == "recheck":
             tx = self.ledger.recheck_call(call, turn_calls, decider=decider, msg_id=msg_id)
         else:
-            tx = self.ledger.resolve_call(call, turn_calls, applied=claims.outcome == "applied",
-                                          result=claims.result, decider=decider, msg_id=msg_id)
+            tx = self.ledger.resolve_call(
+                call,
+                turn_calls,
+                applied=claims.outcome == "applied",
+                result=claims.result,
+                decider=decider,
+                msg_id=msg_id,
+            )
         if (await self.ledger.apply(tx)).ok:
-            log.info("call resolved", extra=log_fields(
-                run_id=call.run_id, call_id=call.call_id, outcome=claims.outcome,
-                person=decided.person))
+            log.info(
+                "call resolved",
+                extra=log_fields(
+                    run_id=call.run_id,
+                    call_id=call.call_id,
+                    outcome=claims.outcome,
+                    person=decided.person,
+                ),
+            )
             return
-        await self.refuse(claims.run, msg_id, "already resolved, or this decision was applied",
-                          decided.person)
+        await self.refuse(
+            claims.run, msg_id, "already resolved, or this decision was applied", decided.person
+        )

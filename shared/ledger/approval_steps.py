@@ -41,13 +41,24 @@ class ApprovalSteps(Reads):
         the notification a person (Slack, `callgate approvals`) acts on."""
         key = self.keys.approval(approval.run_id, approval.approval_id)
         tx.expect_missing(key).hset(key, approval.to_hash())
-        self.inbox_add(tx, self.keys.pending_approvals, approval.run_id, approval.approval_id,
-                       approval.expires_ms)
+        self.inbox_add(
+            tx,
+            self.keys.pending_approvals,
+            approval.run_id,
+            approval.approval_id,
+            approval.expires_ms,
+        )
         notice = ApprovalRequested(
-            run_id=approval.run_id, turn=approval.turn, call_id=approval.call_id,
-            approval_id=approval.approval_id, tool=approval.tool, args_hash=approval.args_hash,
-            arguments=shown, approver_role=approval.approver_role,
-            requested_by=approval.requested_by, expires_ms=approval.expires_ms,
+            run_id=approval.run_id,
+            turn=approval.turn,
+            call_id=approval.call_id,
+            approval_id=approval.approval_id,
+            tool=approval.tool,
+            args_hash=approval.args_hash,
+            arguments=shown,
+            approver_role=approval.approver_role,
+            requested_by=approval.requested_by,
+            expires_ms=approval.expires_ms,
         )
         event = notice.model_dump(exclude={"v", "msg_id", "run_id", "turn", "kind"})
         self.event(tx, approval.run_id, "approval.requested", **event)
@@ -70,41 +81,73 @@ class ApprovalSteps(Reads):
         state = APPROVAL_STATE.get(to, "expired")
         self._consume(tx, record, state, decider, reason)
         person = None if decider is None else decider.person
-        self.call_transition(tx, record.run_id, record.call_id, [CallState.NEEDS_APPROVAL], to,
-                             fields=_decision_fields(to, person, reason))
-        self.event(tx, record.run_id, f"approval.{state}", approval_id=record.approval_id,
-                   call_id=record.call_id, approver=person, reason=reason, msg_id=msg_id,
-                   signed_by=None if decider is None else decider.signer)
+        self.call_transition(
+            tx,
+            record.run_id,
+            record.call_id,
+            [CallState.NEEDS_APPROVAL],
+            to,
+            fields=_decision_fields(to, person, reason),
+        )
+        self.event(
+            tx,
+            record.run_id,
+            f"approval.{state}",
+            approval_id=record.approval_id,
+            call_id=record.call_id,
+            approver=person,
+            reason=reason,
+            msg_id=msg_id,
+            signed_by=None if decider is None else decider.signer,
+        )
         this = next(c for c in calls if c.call_id == record.call_id)
         pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
         for sibling in pending:
-            tx.expect(self.keys.call(sibling.run_id, sibling.call_id), "state",
-                      CallState.NEEDS_APPROVAL)
+            tx.expect(
+                self.keys.call(sibling.run_id, sibling.call_id), "state", CallState.NEEDS_APPROVAL
+            )
         decided = _as_decided(this, to)
         if pending:
             return dispatch(self, tx, record.run_id, record.turn, [decided], writes=False)
         held = [
             _as_decided(c, c.state)
             for c in calls
-            if c is not this and (c.state == CallState.APPROVED
-                                  or (c.state == CallState.ALLOWED and c.effect != Effect.READ))
+            if c is not this
+            and (
+                c.state == CallState.APPROVED
+                or (c.state == CallState.ALLOWED and c.effect != Effect.READ)
+            )
         ]
-        self.run_transition(tx, record.run_id, [RunState.PAUSED_APPROVAL], RunState.EXECUTING,
-                            expect_turn=record.turn, fields={"reason": None})
+        self.run_transition(
+            tx,
+            record.run_id,
+            [RunState.PAUSED_APPROVAL],
+            RunState.EXECUTING,
+            expect_turn=record.turn,
+            fields={"reason": None},
+        )
         return dispatch(self, tx, record.run_id, record.turn, [decided, *held])
 
     def _consume(
-        self, tx: Tx, record: ApprovalRecord, state: str, decider: Decider | None,
+        self,
+        tx: Tx,
+        record: ApprovalRecord,
+        state: str,
+        decider: Decider | None,
         reason: str | None,
     ) -> None:
         key = self.keys.approval(record.run_id, record.approval_id)
         tx.expect(key, "state", "pending")
-        fields: dict[str, str | int] = {"state": state, "decided_ms": now_ms(),
-                                        "reason": reason or ""}
+        fields: dict[str, str | int] = {
+            "state": state,
+            "decided_ms": now_ms(),
+            "reason": reason or "",
+        }
         if decider is not None:
             self.once(tx, record.run_id, decider.jti, record.approval_id)
-            fields.update(decided_by=decider.person, signed_by=decider.signer,
-                          decision_token=decider.token)
+            fields.update(
+                decided_by=decider.person, signed_by=decider.signer, decision_token=decider.token
+            )
         tx.hset(key, fields)
         self.inbox_remove(tx, self.keys.pending_approvals, record.run_id, record.approval_id)
 
@@ -114,8 +157,7 @@ class ApprovalSteps(Reads):
         """A pending approval its run no longer waits for (cancelled, or ended): no longer
         decidable and out of the pending index; guarded on it still pending."""
         key = self.keys.approval(run_id, approval_id)
-        fields: dict[str, str | int] = {"state": "withdrawn", "decided_ms": now_ms(),
-                                        "reason": why}
+        fields: dict[str, str | int] = {"state": "withdrawn", "decided_ms": now_ms(), "reason": why}
         if person is not None:
             fields["decided_by"] = person
         tx.expect(key, "state", "pending").hset(key, fields)
@@ -134,8 +176,7 @@ class ApprovalSteps(Reads):
         return tx.expect_field_missing(seen, jti).hset(seen, {jti: what})
 
     def refuse_decision(
-        self, run_id: str, *, only_if_run_exists: bool, event: str = "approval.refused",
-        **data: Any,
+        self, run_id: str, *, only_if_run_exists: bool, event: str = "approval.refused", **data: Any
     ) -> Tx:
         """Record a refused decision in the run's trace.  A forged decision naming no run
         must not leave an event stream behind that nothing would ever expire: the guard is on
@@ -159,5 +200,10 @@ def _decision_fields(to: CallState, approver: str | None, reason: str | None) ->
 
 def _as_decided(call: CallRecord, state: CallState) -> Decided:
     # An approved call runs whatever its effect; `is_write` only orders it into a chain.
-    return Decided(call.call_id, call.index, state, is_write=call.effect != Effect.READ,
-                   resource_key=call.resource_key)
+    return Decided(
+        call.call_id,
+        call.index,
+        state,
+        is_write=call.effect != Effect.READ,
+        resource_key=call.resource_key,
+    )

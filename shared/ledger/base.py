@@ -205,8 +205,9 @@ class LedgerBase:
         """Append a notification for people (Slack, the inbox) to the run's notify stream,
         which keeps about ``notify_max_entries`` even when nobody reads it."""
         stream = self.keys.run_stream("notify", run_id)
-        return tx.vouch(stream).xadd(stream, {"d": envelopes.encode(envelope)},
-                       cap=self.settings.notify_max_entries)
+        return tx.vouch(stream).xadd(
+            stream, {"d": envelopes.encode(envelope)}, cap=self.settings.notify_max_entries
+        )
 
     def tenant_copy(self, index_of: IndexOf, run_id: str) -> str | None:
         """The tenant's copy of the partition index ``index_of`` that ``run_id``'s entries
@@ -215,17 +216,13 @@ class LedgerBase:
         tenant = prefix_tenant(run_id)
         return None if tenant is None else index_of(self.keys.partition(run_id), tenant)
 
-    def inbox_add(
-        self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str, score: float
-    ) -> Tx:
+    def inbox_add(self, tx: Tx, index_of: IndexOf, run_id: str, item_id: str, score: float) -> Tx:
         """Add ``"<run_id> <item_id>"`` to the partition's inbox index ``index_of`` (pending
         approvals, unresolved calls) and to its run's tenant's copy, in the same step: a
         tenant's approvers read the copy, never the partition's index."""
         return self.index_add(tx, index_of, run_id, {f"{run_id} {item_id}": score})
 
-    def index_add(
-        self, tx: Tx, index_of: IndexOf, run_id: str, members: dict[str, float]
-    ) -> Tx:
+    def index_add(self, tx: Tx, index_of: IndexOf, run_id: str, members: dict[str, float]) -> Tx:
         """Add ``members`` of ``run_id`` to the partition index ``index_of`` and to its run's
         tenant's copy, in the same step."""
         for index in self._indexes(index_of, run_id):
@@ -276,8 +273,14 @@ class LedgerBase:
     ) -> Iterator[str]:
         """Every key a run made: what expires when it ends, and lives on when it resumes."""
         keys = self.keys
-        yield from (keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
-                    keys.events(run_id), keys.provider_calls(run_id), keys.decisions_seen(run_id))
+        yield from (
+            keys.run(run_id),
+            keys.history(run_id),
+            keys.raw_responses(run_id),
+            keys.events(run_id),
+            keys.provider_calls(run_id),
+            keys.decisions_seen(run_id),
+        )
         yield from (keys.call(run_id, call_id) for call_id in call_ids)
         turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
         yield from (keys.turn_calls(run_id, turn) for turn in turn_list)

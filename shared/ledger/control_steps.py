@@ -21,8 +21,9 @@ from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord, error_result
 from callgate.states import CallState, RunState
 
-NOT_STARTED = frozenset({CallState.REQUESTED, CallState.NEEDS_APPROVAL, CallState.ALLOWED,
-                         CallState.APPROVED})
+NOT_STARTED = frozenset(
+    {CallState.REQUESTED, CallState.NEEDS_APPROVAL, CallState.ALLOWED, CallState.APPROVED}
+)
 RESUMABLE = frozenset({RunState.PAUSED_INCOMPLETE, RunState.HANDED_OFF})
 
 
@@ -30,8 +31,13 @@ class ControlSteps(ResolveSteps):
     """Cancel and resume; `Ledger` mixes them in."""
 
     async def cancel_run(
-        self, run: RunRecord, calls: Sequence[CallRecord], decider: Decider, *,
-        reason: str | None, msg_id: str,
+        self,
+        run: RunRecord,
+        calls: Sequence[CallRecord],
+        decider: Decider,
+        *,
+        reason: str | None,
+        msg_id: str,
     ) -> Tx:
         """``run`` (as read) → ``cancelled``, with ``calls`` (its current turn's) not started."""
         tx = self.once(Tx("cancel_run"), run.run_id, decider.jti, "cancel")
@@ -39,36 +45,80 @@ class ControlSteps(ResolveSteps):
         for call in calls:
             if call.state not in NOT_STARTED:
                 continue
-            self.call_transition(tx, run.run_id, call.call_id, [call.state], CallState.CANCELLED,
-                                 fields={"reason": why,
-                                         "result": error_result("cancelled", why)})
+            self.call_transition(
+                tx,
+                run.run_id,
+                call.call_id,
+                [call.state],
+                CallState.CANCELLED,
+                fields={"reason": why, "result": error_result("cancelled", why)},
+            )
             if call.state == CallState.NEEDS_APPROVAL and call.approval_id is not None:
-                self.withdraw_approval(tx, run.run_id, call.approval_id, decider.person,
-                                       "the run was cancelled")
-        self.run_transition(tx, run.run_id, [run.status], RunState.CANCELLED,
-                            expect_turn=run.turn, fields={"reason": why})
-        self.event(tx, run.run_id, "run.cancelled", person=decider.person,
-                   signed_by=decider.signer, reason=reason, msg_id=msg_id)
+                self.withdraw_approval(
+                    tx, run.run_id, call.approval_id, decider.person, "the run was cancelled"
+                )
+        self.run_transition(
+            tx,
+            run.run_id,
+            [run.status],
+            RunState.CANCELLED,
+            expect_turn=run.turn,
+            fields={"reason": why},
+        )
+        self.event(
+            tx,
+            run.run_id,
+            "run.cancelled",
+            person=decider.person,
+            signed_by=decider.signer,
+            reason=reason,
+            msg_id=msg_id,
+        )
         return await self.retention(tx, run.run_id, run.turn)
 
     async def resume_run(
-        self, run: RunRecord, decider: Decider, *, turn: int, max_turns: int,
-        deadline_ms: int | None, max_total_tokens: int | None, msg_id: str,
+        self,
+        run: RunRecord,
+        decider: Decider,
+        *,
+        turn: int,
+        max_turns: int,
+        deadline_ms: int | None,
+        max_total_tokens: int | None,
+        msg_id: str,
     ) -> Tx:
         """``run`` (as read, paused incomplete or handed off) → asking the model for ``turn``
         under the new budget."""
         tx = self.once(Tx("resume_run"), run.run_id, decider.jti, "resume")
-        fields = {"turn": turn, "max_turns": max_turns, "deadline_ms": deadline_ms,
-                  "max_total_tokens": max_total_tokens,
-                  "reason": f"resumed by {decider.person}"}
-        self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
-                            expect_turn=run.turn, fields=fields)
+        fields = {
+            "turn": turn,
+            "max_turns": max_turns,
+            "deadline_ms": deadline_ms,
+            "max_total_tokens": max_total_tokens,
+            "reason": f"resumed by {decider.person}",
+        }
+        self.run_transition(
+            tx,
+            run.run_id,
+            [run.status],
+            RunState.AWAITING_MODEL,
+            expect_turn=run.turn,
+            fields=fields,
+        )
         if run.status == RunState.HANDED_OFF:
             await self._keep(tx, run)
         if deadline_ms is not None:
             tx.zadd(self.keys.deadlines(self.keys.partition(run.run_id)), {run.run_id: deadline_ms})
-        self.event(tx, run.run_id, "run.resumed", person=decider.person,
-                   signed_by=decider.signer, turn=turn, max_turns=max_turns, msg_id=msg_id)
+        self.event(
+            tx,
+            run.run_id,
+            "run.resumed",
+            person=decider.person,
+            signed_by=decider.signer,
+            turn=turn,
+            max_turns=max_turns,
+            msg_id=msg_id,
+        )
         request = TurnRequest(run_id=run.run_id, turn=turn, reason="resume")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
 
@@ -84,20 +134,41 @@ class ControlSteps(ResolveSteps):
             tx.persist(key)
 
     async def continue_run(
-        self, run: RunRecord, user_items: Sequence[bytes], *, reply_id: str, sender: str,
+        self,
+        run: RunRecord,
+        user_items: Sequence[bytes],
+        *,
+        reply_id: str,
+        sender: str,
         max_turns: int,
     ) -> Tx:
         """A completed ``run`` (as read) takes a follow-up input as its next turn, in the
         provider's own history; guarded on the reply never admitted before."""
         reply_key = f"reply:{reply_id}"  # conversation.reply_key
         tx = self.once(Tx("reply_run"), run.run_id, reply_key, "reply")
-        self.run_transition(tx, run.run_id, [RunState.COMPLETED], RunState.AWAITING_MODEL,
-                            expect_turn=run.turn,
-                            fields={"turn": run.turn + 1, "max_turns": max_turns,
-                                    "final_text": None, "reason": f"follow-up from {sender}"})
+        self.run_transition(
+            tx,
+            run.run_id,
+            [RunState.COMPLETED],
+            RunState.AWAITING_MODEL,
+            expect_turn=run.turn,
+            fields={
+                "turn": run.turn + 1,
+                "max_turns": max_turns,
+                "final_text": None,
+                "reason": f"follow-up from {sender}",
+            },
+        )
         self.append_history(tx, run.run_id, user_items)
         await self._keep(tx, run)
-        self.event(tx, run.run_id, "run.reply", reply_id=reply_id, sender=sender,
-                   turn=run.turn + 1, input_items=len(user_items))
+        self.event(
+            tx,
+            run.run_id,
+            "run.reply",
+            reply_id=reply_id,
+            sender=sender,
+            turn=run.turn + 1,
+            input_items=len(user_items),
+        )
         request = TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason="reply")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)

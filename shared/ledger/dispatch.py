@@ -62,7 +62,12 @@ def dispatch(
             chains.setdefault(call.resource_key or "", []).append(call)
     for resource in sorted(chains):
         first, *rest = chains[resource]
-        request = ExecRequest(run_id=run_id, turn=turn, call_id=first.call_id,
-                              chain=tuple(c.call_id for c in rest), facts=first.facts)
+        request = ExecRequest(
+            run_id=run_id,
+            turn=turn,
+            call_id=first.call_id,
+            chain=tuple(c.call_id for c in rest),
+            facts=first.facts,
+        )
         steps.outbox(tx, keys.run_stream("exec", run_id), request)
     return tx

@@ -123,8 +123,9 @@ class _Split:
 
     def set_result(self, result: list[Any]) -> None:
         self._done = True
-        steps = [r for reply, n in zip(result, self._steps, strict=True)
-                 for r in step_replies(reply, n)]
+        steps = [
+            r for reply, n in zip(result, self._steps, strict=True) for r in step_replies(reply, n)
+        ]
         start = 0
         for n, replies in self._requests:
             if not replies.done():  # else its caller stopped waiting

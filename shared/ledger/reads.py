@@ -190,8 +190,11 @@ class Reads(LedgerBase):
         ``(run id, created_ms)`` of runs created at or after ``since_ms``, skipping the
         ``offset`` newest."""
         index = self.keys.runs_index(partition, tenant)
-        raw = await self._client(self.redis.zrevrangebyscore(
-            index, "+inf", since_ms, start=offset, num=count, withscores=True))
+        raw = await self._client(
+            self.redis.zrevrangebyscore(
+                index, "+inf", since_ms, start=offset, num=count, withscores=True
+            )
+        )
         return [(_text(member), int(score)) for member, score in raw]
 
     async def get_runs(self, run_ids: Sequence[str]) -> list[RunRecord | None]:
@@ -201,15 +204,16 @@ class Reads(LedgerBase):
         raws = await self._reads([("hgetall", self.keys.run(r)) for r in run_ids])
         return [RunRecord.from_hash(raw) if raw else None for raw in raws]
 
-    async def dead_letters(
-        self, partition: int, count: int
-    ) -> list[tuple[str, dict[str, bytes]]]:
+    async def dead_letters(self, partition: int, count: int) -> list[tuple[str, dict[str, bytes]]]:
         """The partition's newest dead letters, newest first: ``(entry id, fields)`` with the
         fields the stream loop writes (stream, group, message_id, reason, delivery_count, d)."""
         entries = await self._client(
-            self.redis.xrevrange(self.keys.dead_letter(partition), count=count))
-        return [(_text(entry_id), {_text(k): v for k, v in fields.items()})
-                for entry_id, fields in entries]
+            self.redis.xrevrange(self.keys.dead_letter(partition), count=count)
+        )
+        return [
+            (_text(entry_id), {_text(k): v for k, v in fields.items()})
+            for entry_id, fields in entries
+        ]
 
     async def run_call_ids(self, run_id: str, last_turn: int) -> list[str]:
         """Every call id of turns 1..``last_turn``, in turn and provider order (one round trip)."""
@@ -278,14 +282,26 @@ class Reads(LedgerBase):
         cutoff = now - self.settings.retention_s * 1000
         keys = self.keys
         await self._prune(
-            keys.unresolved_calls(partition), cutoff, limit,
+            keys.unresolved_calls(partition),
+            cutoff,
+            limit,
             lambda member: keys.call(*member.split(" ", 1)),
-            lambda member: self.tenant_copy(keys.unresolved_calls, member.split(" ", 1)[0]))
-        return await self._prune(keys.runs_index(partition), cutoff, limit, keys.run,
-                                 lambda run_id: self.tenant_copy(keys.runs_index, run_id))
+            lambda member: self.tenant_copy(keys.unresolved_calls, member.split(" ", 1)[0]),
+        )
+        return await self._prune(
+            keys.runs_index(partition),
+            cutoff,
+            limit,
+            keys.run,
+            lambda run_id: self.tenant_copy(keys.runs_index, run_id),
+        )
 
     async def _prune(
-        self, index: str, cutoff: int, limit: int, record_of: Callable[[str], str],
+        self,
+        index: str,
+        cutoff: int,
+        limit: int,
+        record_of: Callable[[str], str],
         tenant_copy: Callable[[str], str | None],
     ) -> int:
         """Remove the members of ``index`` scored before ``cutoff`` whose record is gone, and

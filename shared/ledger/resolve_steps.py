@@ -30,8 +30,9 @@ class ResolveSteps(LoopSteps):
 
     def _resolving(self, call: CallRecord, decider: Decider) -> Tx:
         """The guards every resolution shares; the call leaves the inbox."""
-        tx = Tx("resolve_call").expect(self.keys.call(call.run_id, call.call_id),
-                                       "operation_id", call.operation_id or "")
+        tx = Tx("resolve_call").expect(
+            self.keys.call(call.run_id, call.call_id), "operation_id", call.operation_id or ""
+        )
         self.inbox_remove(tx, self.keys.unresolved_calls, call.run_id, call.call_id)
         return self.once(tx, call.run_id, decider.jti, call.call_id)
 
@@ -50,34 +51,67 @@ class ResolveSteps(LoopSteps):
         tx = self._resolving(call, decider)
         person = decider.person
         if applied:
-            outcome = Outcome(CallState.SUCCEEDED, ok_result(result or {}),
-                              f"applied, confirmed by {person}")
+            outcome = Outcome(
+                CallState.SUCCEEDED, ok_result(result or {}), f"applied, confirmed by {person}"
+            )
         else:
             message = NOT_APPLIED_BY.format(person=person)
-            outcome = Outcome(CallState.FAILED, error_result("not_applied", message),
-                              f"not applied, confirmed by {person}")
-        self.call_transition(tx, call.run_id, call.call_id, [CallState.UNRESOLVED],
-                             outcome.state, fields={"result": outcome.result,
-                                                    "reason": outcome.reason})
-        self.event(tx, call.run_id, "call.resolved", call_id=call.call_id,
-                   outcome="applied" if applied else "not_applied", person=person,
-                   signed_by=decider.signer, msg_id=msg_id)
-        return self.report(tx, call, Outcome(outcome.state, None), chained(call, turn_calls),
-                           carry=False)
+            outcome = Outcome(
+                CallState.FAILED,
+                error_result("not_applied", message),
+                f"not applied, confirmed by {person}",
+            )
+        self.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.UNRESOLVED],
+            outcome.state,
+            fields={"result": outcome.result, "reason": outcome.reason},
+        )
+        self.event(
+            tx,
+            call.run_id,
+            "call.resolved",
+            call_id=call.call_id,
+            outcome="applied" if applied else "not_applied",
+            person=person,
+            signed_by=decider.signer,
+            msg_id=msg_id,
+        )
+        return self.report(
+            tx, call, Outcome(outcome.state, None), chained(call, turn_calls), carry=False
+        )
 
     def recheck_call(
-        self, call: CallRecord, turn_calls: Sequence[CallRecord], *, decider: Decider,
-        msg_id: str,
+        self, call: CallRecord, turn_calls: Sequence[CallRecord], *, decider: Decider, msg_id: str
     ) -> Tx:
         """``unresolved → reconciling``: another round of the reconciler's checks."""
         tx = self._resolving(call, decider)
-        self.call_transition(tx, call.run_id, call.call_id, [CallState.UNRESOLVED],
-                             CallState.RECONCILING,
-                             fields={"reason": f"recheck asked by {decider.person}"})
-        self.event(tx, call.run_id, "call.resolved", call_id=call.call_id, outcome="recheck",
-                   person=decider.person, signed_by=decider.signer, msg_id=msg_id)
-        request = ReconcileRequest(run_id=call.run_id, turn=call.turn, call_id=call.call_id,
-                                   chain=chained(call, turn_calls))
+        self.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.UNRESOLVED],
+            CallState.RECONCILING,
+            fields={"reason": f"recheck asked by {decider.person}"},
+        )
+        self.event(
+            tx,
+            call.run_id,
+            "call.resolved",
+            call_id=call.call_id,
+            outcome="recheck",
+            person=decider.person,
+            signed_by=decider.signer,
+            msg_id=msg_id,
+        )
+        request = ReconcileRequest(
+            run_id=call.run_id,
+            turn=call.turn,
+            call_id=call.call_id,
+            chain=chained(call, turn_calls),
+        )
         return self.outbox(tx, self.keys.run_stream("reconcile", call.run_id), request)
 
 
@@ -85,8 +119,11 @@ def chained(call: CallRecord, turn_calls: Sequence[CallRecord]) -> tuple[str, ..
     """The writes waiting behind ``call`` on its resource, in provider order (as dispatched:
     `callgate.ledger.dispatch`), which the message that settled it would have started."""
     waiting = [
-        c for c in turn_calls
-        if c.state in RUNNABLE and c.index > call.index and c.resource_key == call.resource_key
+        c
+        for c in turn_calls
+        if c.state in RUNNABLE
+        and c.index > call.index
+        and c.resource_key == call.resource_key
         and c.effect in (Effect.WRITE, Effect.IDEMPOTENT_WRITE)
     ]
     return tuple(c.call_id for c in sorted(waiting, key=lambda c: c.index))

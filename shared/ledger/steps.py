@@ -84,8 +84,15 @@ class LoopSteps(ApprovalSteps):
             tx.zadd(self.keys.deadlines(partition), {run.run_id: float(run.deadline_ms)})
         if history:
             self.append_history(tx, run.run_id, items_json(history))
-        self.event(tx, run.run_id, "run.created", api=run.api, model=run.model,
-                   status=run.status.value, allowed_tools=run.allowed_tools)
+        self.event(
+            tx,
+            run.run_id,
+            "run.created",
+            api=run.api,
+            model=run.model,
+            status=run.status.value,
+            allowed_tools=run.allowed_tools,
+        )
         turn_1 = TurnRequest(run_id=run.run_id, turn=1, reason="start")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), turn_1)
 
@@ -99,10 +106,16 @@ class LoopSteps(ApprovalSteps):
         tx.vouch(raw_key).hset(raw_key, {str(run.turn): raw})
         tx.hincrby(keys.run(run.run_id), "usage_input_tokens", record.input_tokens)
         tx.hincrby(keys.run(run.run_id), "usage_output_tokens", record.output_tokens)
-        return self.event(tx, run.run_id, "model.response", turn=run.turn,
-                          response_id=record.response_id, outcome=outcome,
-                          input_tokens=record.input_tokens,
-                          output_tokens=record.output_tokens)
+        return self.event(
+            tx,
+            run.run_id,
+            "model.response",
+            turn=run.turn,
+            response_id=record.response_id,
+            outcome=outcome,
+            input_tokens=record.input_tokens,
+            output_tokens=record.output_tokens,
+        )
 
     def expect_history(self, tx: Tx, run_id: str, length: int) -> Tx:
         """Guard on the history holding ``length`` items: it is append-only, so a turn that
@@ -123,8 +136,15 @@ class LoopSteps(ApprovalSteps):
         tx.step = "finish_turn"
         if assistant:
             self.append_history(tx, run.run_id, assistant)
-        self.run_transition(tx, run.run_id, [RunState.AWAITING_MODEL], status,
-                            expect_turn=run.turn, fields=dict(fields), shown=dict(shown))
+        self.run_transition(
+            tx,
+            run.run_id,
+            [RunState.AWAITING_MODEL],
+            status,
+            expect_turn=run.turn,
+            fields=dict(fields),
+            shown=dict(shown),
+        )
         if status in RUN_TERMINAL:
             await self.retention(tx, run.run_id, run.turn)
         return tx
@@ -145,26 +165,39 @@ class LoopSteps(ApprovalSteps):
         turn_calls = self.keys.turn_calls(run.run_id, run.turn)
         tx.vouch(turn_calls).rpush(turn_calls, *call_ids)
         self.append_history(tx, run.run_id, assistant)
-        self.run_transition(tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING,
-                            expect_turn=run.turn)
-        request = ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids),
-                                  facts=facts)
+        self.run_transition(
+            tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING, expect_turn=run.turn
+        )
+        request = ValidateRequest(
+            run_id=run.run_id, turn=run.turn, call_ids=tuple(call_ids), facts=facts
+        )
         return self.outbox(tx, self.keys.run_stream("validate", run.run_id), request)
 
     def note_retry(self, run: RunRecord, attempt: int, reason: str, delay_s: float) -> Tx:
         """A model request of this turn failed and is asked again after ``delay_s``."""
-        return self.event(Tx("note_retry"), run.run_id, "model.retry", turn=run.turn,
-                          attempt=attempt, reason=reason, delay_s=delay_s)
+        return self.event(
+            Tx("note_retry"),
+            run.run_id,
+            "model.retry",
+            turn=run.turn,
+            attempt=attempt,
+            reason=reason,
+            delay_s=delay_s,
+        )
 
-    def advance_turn(
-        self, tx: Tx, run: RunRecord, items: Sequence[bytes], *, reason: str
-    ) -> Tx:
+    def advance_turn(self, tx: Tx, run: RunRecord, items: Sequence[bytes], *, reason: str) -> Tx:
         """Append ``items`` to the history and request the next turn, guarded on this turn."""
         tx.step = "advance_turn"
         if items:
             self.append_history(tx, run.run_id, items)
-        self.run_transition(tx, run.run_id, [run.status], RunState.AWAITING_MODEL,
-                            expect_turn=run.turn, fields={"turn": run.turn + 1})
+        self.run_transition(
+            tx,
+            run.run_id,
+            [run.status],
+            RunState.AWAITING_MODEL,
+            expect_turn=run.turn,
+            fields={"turn": run.turn + 1},
+        )
         request = TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason=reason)
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
 
@@ -177,8 +210,9 @@ class LoopSteps(ApprovalSteps):
     def end_turn(self, tx: Tx, run: RunRecord, status: RunState, reason: str) -> Tx:
         """The turn's results end or pause the run (e.g. a write whose outcome is unknown)."""
         tx.step = "end_turn"
-        return self.run_transition(tx, run.run_id, [run.status], status, expect_turn=run.turn,
-                                   fields={"reason": reason})
+        return self.run_transition(
+            tx, run.run_id, [run.status], status, expect_turn=run.turn, fields={"reason": reason}
+        )
 
     def drop_deadline(self, run_id: str) -> Tx:
         """Take a run that is gone or over off the deadline sweep's index."""
@@ -189,14 +223,16 @@ class LoopSteps(ApprovalSteps):
         deadline); a concurrent change makes the step a no-op.  Its calls still waiting for a
         person end ``cancelled`` and their approvals are withdrawn: nothing lists as pending
         an approval no run will ever use."""
-        tx = self.run_transition(Tx("end_run"), run.run_id, run.status, status,
-                                 fields={"reason": reason})
+        tx = self.run_transition(
+            Tx("end_run"), run.run_id, run.status, status, fields={"reason": reason}
+        )
         why = f"the run ended ({status.value}): {reason}"
         ended = {"reason": why, "result": error_result("cancelled", why)}
         for call in await self.turn_calls(run.run_id, run.turn):
             if call.state == CallState.NEEDS_APPROVAL and call.approval_id is not None:
-                self.call_transition(tx, run.run_id, call.call_id, [call.state],
-                                     CallState.CANCELLED, fields=ended)
+                self.call_transition(
+                    tx, run.run_id, call.call_id, [call.state], CallState.CANCELLED, fields=ended
+                )
                 self.withdraw_approval(tx, run.run_id, call.approval_id, None, why)
         return await self.retention(tx, run.run_id, run.turn)
 
@@ -228,12 +264,24 @@ class LoopSteps(ApprovalSteps):
         for verdict in verdicts:
             if verdict.approval is not None:
                 self.request_approval(tx, verdict.approval, verdict.shown or {})
-            self.call_transition(tx, run_id, verdict.call_id, [CallState.REQUESTED],
-                                 verdict.state, fields=verdict.fields,
-                                 sensitive=verdict.sensitive)
+            self.call_transition(
+                tx,
+                run_id,
+                verdict.call_id,
+                [CallState.REQUESTED],
+                verdict.state,
+                fields=verdict.fields,
+                sensitive=verdict.sensitive,
+            )
         to_state = RunState.PAUSED_APPROVAL if approvals else RunState.EXECUTING
-        self.run_transition(tx, run_id, [RunState.VALIDATING], to_state, expect_turn=turn,
-                            fields={"reason": "awaiting approval"} if approvals else None)
+        self.run_transition(
+            tx,
+            run_id,
+            [RunState.VALIDATING],
+            to_state,
+            expect_turn=turn,
+            fields={"reason": "awaiting approval"} if approvals else None,
+        )
         hold = bool(approvals) and facts.run.batch_policy == "hold_effects"
         dispatch(self, tx, run_id, turn, [v.route for v in verdicts], writes=not hold)
         return tx, binding
@@ -243,7 +291,12 @@ class LoopSteps(ApprovalSteps):
         return bind(tx, self.keys.call(run_id, call_id), facts.call, binding)
 
     def take_call(
-        self, run_id: str, call_id: str, facts: ExecFacts, attempt: int, consumer: str,
+        self,
+        run_id: str,
+        call_id: str,
+        facts: ExecFacts,
+        attempt: int,
+        consumer: str,
         consume: str | None = None,
     ) -> tuple[Tx, Binding]:
         """``allowed|approved → executing`` (or re-take an orphan: attempt n → n+1), guarded
@@ -261,42 +314,74 @@ class LoopSteps(ApprovalSteps):
                 tx.expect(key, "state", "consumed")
             else:
                 tx.expect(key, "state", "approved").hset(key, {"state": "consumed"})
-                self.event(tx, run_id, "approval.consumed", approval_id=consume,
-                           call_id=call_id, attempt=attempt)
-        self.call_transition(tx, run_id, call_id, [facts.state], CallState.EXECUTING,
-                             fields=_taken(attempt, consumer))
+                self.event(
+                    tx,
+                    run_id,
+                    "approval.consumed",
+                    approval_id=consume,
+                    call_id=call_id,
+                    attempt=attempt,
+                )
+        self.call_transition(
+            tx,
+            run_id,
+            call_id,
+            [facts.state],
+            CallState.EXECUTING,
+            fields=_taken(attempt, consumer),
+        )
         return tx, binding
 
     def settle_call(
-        self, call: CallRef, attempt: int, outcome: Outcome, chain: tuple[str, ...],
+        self,
+        call: CallRef,
+        attempt: int,
+        outcome: Outcome,
+        chain: tuple[str, ...],
         sensitive: frozenset[str],
     ) -> Tx:
         """The execution's outcome, its message and the chain's next call, in one step."""
-        tx = Tx("settle_call").expect(self.keys.call(call.run_id, call.call_id), "attempts",
-                                     str(attempt))
+        tx = Tx("settle_call").expect(
+            self.keys.call(call.run_id, call.call_id), "attempts", str(attempt)
+        )
         fields: dict[str, Any] = {}
         if outcome.result is not None:
             fields["result"] = outcome.result
         if outcome.reason is not None:
             fields["reason"] = outcome.reason
-        self.call_transition(tx, call.run_id, call.call_id, [CallState.EXECUTING],
-                             outcome.state, fields=fields, sensitive=sensitive)
+        self.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.EXECUTING],
+            outcome.state,
+            fields=fields,
+            sensitive=sensitive,
+        )
         if outcome.state == CallState.UNKNOWN:
             return self._to_reconciler(tx, call, chain)
         return self.report(tx, call, outcome, chain, carry=not sensitive)
 
     def orphaned_write(self, call: CallRef, attempts: int, chain: tuple[str, ...]) -> Tx:
         """A write found ``executing`` after its executor died: its outcome is unknown."""
-        tx = Tx("orphaned_write").expect(self.keys.call(call.run_id, call.call_id), "attempts",
-                                        str(attempts))
+        tx = Tx("orphaned_write").expect(
+            self.keys.call(call.run_id, call.call_id), "attempts", str(attempts)
+        )
         reason = "executor died while the write was in flight"
-        self.call_transition(tx, call.run_id, call.call_id, [CallState.EXECUTING],
-                             CallState.UNKNOWN, fields={"reason": reason})
+        self.call_transition(
+            tx,
+            call.run_id,
+            call.call_id,
+            [CallState.EXECUTING],
+            CallState.UNKNOWN,
+            fields={"reason": reason},
+        )
         return self._to_reconciler(tx, call, chain)
 
     def _to_reconciler(self, tx: Tx, call: CallRef, chain: tuple[str, ...]) -> Tx:
-        request = ReconcileRequest(run_id=call.run_id, turn=call.turn, call_id=call.call_id,
-                                   chain=chain)
+        request = ReconcileRequest(
+            run_id=call.run_id, turn=call.turn, call_id=call.call_id, chain=chain
+        )
         return self.outbox(tx, self.keys.run_stream("reconcile", call.run_id), request)
 
     def report(
@@ -306,50 +391,85 @@ class LoopSteps(ApprovalSteps):
         carrying is off: a result may echo a sensitive value, which stays in the ledger) and
         the chain's next call."""
         carried = outcome.result if carry and self.settings.carry else None
-        self.outbox(tx, self.keys.run_stream("results", call.run_id),
-                    CallResult(run_id=call.run_id, turn=call.turn, call_id=call.call_id,
-                               state=outcome.state.value, result=carried))
+        self.outbox(
+            tx,
+            self.keys.run_stream("results", call.run_id),
+            CallResult(
+                run_id=call.run_id,
+                turn=call.turn,
+                call_id=call.call_id,
+                state=outcome.state.value,
+                result=carried,
+            ),
+        )
         if chain:
-            request = ExecRequest(run_id=call.run_id, turn=call.turn, call_id=chain[0],
-                                  chain=chain[1:])
+            request = ExecRequest(
+                run_id=call.run_id, turn=call.turn, call_id=chain[0], chain=chain[1:]
+            )
             self.outbox(tx, self.keys.run_stream("exec", call.run_id), request)
         return tx
 
     # ---- reconciliation ------------------------------------------------------------------
     def claim_reconcile(self, call: CallRecord) -> Tx:
         """``unknown → reconciling``: one reconciler asks the authoritative system."""
-        return self.call_transition(Tx("claim_reconcile"), call.run_id, call.call_id,
-                                    [CallState.UNKNOWN], CallState.RECONCILING)
+        return self.call_transition(
+            Tx("claim_reconcile"),
+            call.run_id,
+            call.call_id,
+            [CallState.UNKNOWN],
+            CallState.RECONCILING,
+        )
 
     def settle_reconcile(
         self, call: CallRecord, outcome: Outcome, chain: tuple[str, ...], sensitive: frozenset[str]
     ) -> Tx:
         """The authoritative system answered: the confirmed result, or "not applied"."""
         fields: dict[str, Any] = {"result": outcome.result, "reason": outcome.reason}
-        tx = self.call_transition(Tx("settle_reconcile"), call.run_id, call.call_id,
-                                  [CallState.RECONCILING], outcome.state, fields=fields,
-                                  sensitive=sensitive)
+        tx = self.call_transition(
+            Tx("settle_reconcile"),
+            call.run_id,
+            call.call_id,
+            [CallState.RECONCILING],
+            outcome.state,
+            fields=fields,
+            sensitive=sensitive,
+        )
         return self.report(tx, call, Outcome(outcome.state, None), chain, carry=False)
 
     def unresolved(self, run: RunRecord, call: CallRecord, *, pause: bool) -> Tx:
         """Still unknown after every check: the call waits for a person; with ``pause`` the run
         pauses too and a person is notified.  Nothing is replayed."""
-        tx = self.call_transition(Tx("unresolved"), call.run_id, call.call_id,
-                                  [CallState.RECONCILING], CallState.UNRESOLVED,
-                                  fields={"reason": UNRESOLVED_REASON})
+        tx = self.call_transition(
+            Tx("unresolved"),
+            call.run_id,
+            call.call_id,
+            [CallState.RECONCILING],
+            CallState.UNRESOLVED,
+            fields={"reason": UNRESOLVED_REASON},
+        )
         self.inbox_add(tx, self.keys.unresolved_calls, call.run_id, call.call_id, now_ms())
         if not pause:
             return tx
         operation = f"operation {call.operation_id}"
         detail = f"write outcome unknown: {call.tool} ({call.call_id}, {operation})"
-        self.run_transition(tx, run.run_id, [RunState.EXECUTING, RunState.PAUSED_APPROVAL],
-                            RunState.PAUSED_UNKNOWN_OUTCOME, expect_turn=call.turn,
-                            fields={"reason": detail})
-        notice = OutcomeUnknown(run_id=run.run_id, turn=call.turn, call_id=call.call_id,
-                                tool=call.tool, operation_id=call.operation_id, detail=detail)
+        self.run_transition(
+            tx,
+            run.run_id,
+            [RunState.EXECUTING, RunState.PAUSED_APPROVAL],
+            RunState.PAUSED_UNKNOWN_OUTCOME,
+            expect_turn=call.turn,
+            fields={"reason": detail},
+        )
+        notice = OutcomeUnknown(
+            run_id=run.run_id,
+            turn=call.turn,
+            call_id=call.call_id,
+            tool=call.tool,
+            operation_id=call.operation_id,
+            detail=detail,
+        )
         return self.notify(tx, run.run_id, notice)
 
 
 def _taken(attempt: int, consumer: str) -> dict[str, Any]:
     return {"attempts": attempt, "executor": consumer}
-

@@ -18,8 +18,7 @@ class TokenSteps(Reads):
         starts, which is another than ``run_id`` if it was used before.  The same run again (a
         redelivered job) finds itself."""
         key = self.keys.identity_token_use(token_id)
-        first = await self._client(
-            self.redis.set(key, run_id, nx=True, get=True, pxat=expires_ms))
+        first = await self._client(self.redis.set(key, run_id, nx=True, get=True, pxat=expires_ms))
         if first is None:
             return run_id
         return first.decode() if isinstance(first, bytes) else str(first)

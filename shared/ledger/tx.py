@@ -45,8 +45,26 @@ _MAX_ARGS_PER_OP = 1000
 """Lua's `unpack` has a small stack; larger writes are split into several ops of one kind."""
 _MAX_KEYS = 0xFFFF
 """A key's index travels in two bytes of the shape."""
-CODES = ("rd", "in", "nx", "ex", "fnx", "len", "hset", "hdel", "hincrby", "rpush", "xadd",
-         "xaddcap", "xack", "expire", "persist", "zadd", "zaddnx", "zrem")
+CODES = (
+    "rd",
+    "in",
+    "nx",
+    "ex",
+    "fnx",
+    "len",
+    "hset",
+    "hdel",
+    "hincrby",
+    "rpush",
+    "xadd",
+    "xaddcap",
+    "xack",
+    "expire",
+    "persist",
+    "zadd",
+    "zaddnx",
+    "zrem",
+)
 """Every entry's code, by its number in the shape (1-based); `apply.lua` holds the same list."""
 _CODE = {code: number for number, code in enumerate(CODES, start=1)}
 _READ = _CODE["rd"]

@@ -61,12 +61,14 @@ class _Bounded(Generic[V]):
             del self._items[key]
 
 
-WAITING_FOR_RESULTS = frozenset({
-    RunState.VALIDATING,
-    RunState.EXECUTING,
-    RunState.PAUSED_APPROVAL,
-    RunState.PAUSED_UNKNOWN_OUTCOME,
-})
+WAITING_FOR_RESULTS = frozenset(
+    {
+        RunState.VALIDATING,
+        RunState.EXECUTING,
+        RunState.PAUSED_APPROVAL,
+        RunState.PAUSED_UNKNOWN_OUTCOME,
+    }
+)
 """The states a run waits in while its turn's calls settle."""
 
 
@@ -113,8 +115,12 @@ class Started:
         if len(self.results) != len(self.calls):
             return None
         calls = tuple(
-            call.model_copy(update={"state": CallState(self.results[call.call_id].state),
-                                    "result": self.results[call.call_id].result})
+            call.model_copy(
+                update={
+                    "state": CallState(self.results[call.call_id].state),
+                    "result": self.results[call.call_id].result,
+                }
+            )
             for call in self.calls
         )
         executing = self.run.model_copy(update={"status": RunState.EXECUTING})

@@ -53,34 +53,47 @@ def _split(counts: Iterable[tuple[str, int]], head: str) -> Iterator[tuple[list[
 
 def families(snap: Snapshot) -> list[Metric]:
     """Every metric family of ``snap``."""
-    runs = GaugeMetricFamily("callgate_runs", "Runs by status, among the newest runs read "
-                             "(callgate_runs_sampled)", labels=["status"])
+    runs = GaugeMetricFamily(
+        "callgate_runs",
+        "Runs by status, among the newest runs read (callgate_runs_sampled)",
+        labels=["status"],
+    )
     for status, n in sorted(snap.runs.items()):
         runs.add_metric([status], n)
-    sampled = GaugeMetricFamily("callgate_runs_sampled", "Runs whose status this scrape read",
-                                value=snap.runs_sampled)
+    sampled = GaugeMetricFamily(
+        "callgate_runs_sampled", "Runs whose status this scrape read", value=snap.runs_sampled
+    )
     counts = sorted(snap.counts.items())
-    finished = CounterMetricFamily("callgate_runs_finished", "Runs that ended, by status",
-                                   labels=["status"])
-    calls = CounterMetricFamily("callgate_calls", "Tool calls by tool and outcome",
-                                labels=["tool", "outcome"])
-    reconciled = CounterMetricFamily("callgate_reconciliations", "Unknown write outcomes "
-                                     "settled, by who and how", labels=["by", "outcome"])
+    finished = CounterMetricFamily(
+        "callgate_runs_finished", "Runs that ended, by status", labels=["status"]
+    )
+    calls = CounterMetricFamily(
+        "callgate_calls", "Tool calls by tool and outcome", labels=["tool", "outcome"]
+    )
+    reconciled = CounterMetricFamily(
+        "callgate_reconciliations",
+        "Unknown write outcomes settled, by who and how",
+        labels=["by", "outcome"],
+    )
     for family, head in ((finished, "finished"), (calls, "calls"), (reconciled, "reconciled")):
         for labels, n in _split(counts, head):
             family.add_metric(labels, n)
-    deliveries = CounterMetricFamily("callgate_webhook_deliveries", "Webhook delivery "
-                                     "attempts by endpoint and outcome",
-                                     labels=["endpoint", "outcome"])
+    deliveries = CounterMetricFamily(
+        "callgate_webhook_deliveries",
+        "Webhook delivery attempts by endpoint and outcome",
+        labels=["endpoint", "outcome"],
+    )
     for name, n in sorted(snap.deliveries.items()):
         deliveries.add_metric(name.split("|", 1), n)
-    return [runs, sampled, finished, calls, reconciled, _waits(counts), *_streams(snap),
-            deliveries]
+    return [runs, sampled, finished, calls, reconciled, _waits(counts), *_streams(snap), deliveries]
 
 
 def _waits(counts: list[tuple[str, int]]) -> HistogramMetricFamily:
-    wait = HistogramMetricFamily("callgate_approval_wait_seconds", "Time from an approval's "
-                                 "request to its decision", labels=["decision"])
+    wait = HistogramMetricFamily(
+        "callgate_approval_wait_seconds",
+        "Time from an approval's request to its decision",
+        labels=["decision"],
+    )
     by_decision: dict[str, dict[str, int]] = {}
     for (decision, bucket), n in _split(counts, "wait"):
         by_decision.setdefault(decision, {})[bucket] = n
@@ -94,17 +107,22 @@ def _waits(counts: list[tuple[str, int]]) -> HistogramMetricFamily:
 
 def _streams(snap: Snapshot) -> list[Metric]:
     labels = ["stream", "partition", "group"]
-    pending = GaugeMetricFamily("callgate_stream_pending", "Entries delivered to a consumer "
-                                "group and not yet acknowledged", labels=labels)
-    lag = GaugeMetricFamily("callgate_stream_lag", "Entries not yet delivered to a consumer "
-                            "group", labels=labels)
+    pending = GaugeMetricFamily(
+        "callgate_stream_pending",
+        "Entries delivered to a consumer group and not yet acknowledged",
+        labels=labels,
+    )
+    lag = GaugeMetricFamily(
+        "callgate_stream_lag", "Entries not yet delivered to a consumer group", labels=labels
+    )
     for row in snap.groups:
         where = [row.stream, str(row.partition), row.group]
         pending.add_metric(where, row.pending)
         if row.lag is not None:
             lag.add_metric(where, row.lag)
-    dead = GaugeMetricFamily("callgate_dead_letters", "Entries in the dead-letter stream",
-                             labels=["partition"])
+    dead = GaugeMetricFamily(
+        "callgate_dead_letters", "Entries in the dead-letter stream", labels=["partition"]
+    )
     for partition, n in sorted(snap.dead_letters.items()):
         dead.add_metric([str(partition)], n)
     return [pending, lag, dead]
@@ -152,8 +170,10 @@ class MetricsApp:
 
 
 async def _reply(send: Any, status: int, body: bytes, content_type: str) -> None:
-    headers = [(b"content-type", content_type.encode()),
-               (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -66,7 +66,7 @@ async def snapshot(redis: aioredis.Redis, keys: Keys, runs_max: int = RUNS_MAX) 
     replies = await pipe.execute()
     run_ids: list[str] = []
     for p in parts:
-        ids, counts, dead = replies[3 * p: 3 * p + 3]
+        ids, counts, dead = replies[3 * p : 3 * p + 3]
         run_ids += [text(r) for r in ids]
         snap.counts.update({text(k): int(v) for k, v in counts.items()})
         snap.dead_letters[p] = int(dead)
@@ -99,6 +99,13 @@ async def _groups(redis: aioredis.Redis, keys: Keys) -> list[GroupRow]:
         for info in groups:
             row = {text(k): v for k, v in info.items()}
             lag = row.get("lag")
-            rows.append(GroupRow(kind, p, text(row["name"]), int(row["pending"]),
-                                 None if lag is None else int(lag)))
+            rows.append(
+                GroupRow(
+                    kind,
+                    p,
+                    text(row["name"]),
+                    int(row["pending"]),
+                    None if lag is None else int(lag),
+                )
+            )
     return rows

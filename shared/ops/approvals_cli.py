@@ -49,12 +49,14 @@ def describe(record: ApprovalRecord, now_ms: int | None = None) -> str:
     """One approval as the lines a person decides on."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     left_s = max(0, (record.expires_ms - now) // 1000)
-    return "\n".join([
-        f"approval {record.approval_id}: {record.tool} v{record.tool_version}",
-        f"  arguments     {record.arguments[:ARGUMENTS_SHOWN]}",
-        f"  requested by  {record.requested_by} (run {record.run_id}, call {record.call_id})",
-        f"  approver role {record.approver_role}; expires in {left_s}s",
-    ])
+    return "\n".join(
+        [
+            f"approval {record.approval_id}: {record.tool} v{record.tool_version}",
+            f"  arguments     {record.arguments[:ARGUMENTS_SHOWN]}",
+            f"  requested by  {record.requested_by} (run {record.run_id}, call {record.call_id})",
+            f"  approver role {record.approver_role}; expires in {left_s}s",
+        ]
+    )
 
 
 def as_json(record: ApprovalRecord) -> dict[str, Any]:
@@ -77,13 +79,15 @@ async def cmd_approvals(args: argparse.Namespace) -> int:
 
 def describe_unresolved(call: CallRecord) -> str:
     """One unresolved call as the lines a person resolves it from."""
-    return "\n".join([
-        f"unresolved {call.call_id}: {call.tool} (run {call.run_id})",
-        f"  operation id  {call.operation_id}",
-        f"  reason        {call.reason}",
-        f"  resolve with  callgate resolve {call.run_id} {call.call_id} "
-        "--applied|--not-applied|--recheck --as YOU",
-    ])
+    return "\n".join(
+        [
+            f"unresolved {call.call_id}: {call.tool} (run {call.run_id})",
+            f"  operation id  {call.operation_id}",
+            f"  reason        {call.reason}",
+            f"  resolve with  callgate resolve {call.run_id} {call.call_id} "
+            "--applied|--not-applied|--recheck --as YOU",
+        ]
+    )
 
 
 async def cmd_inbox(args: argparse.Namespace) -> int:
@@ -92,14 +96,19 @@ async def cmd_inbox(args: argparse.Namespace) -> int:
         approvals = await desk(client).pending(args.limit)
         unresolved = await desk(client).unresolved(args.limit)
     if args.json:
-        data = {"approvals": [as_json(r) for r in approvals],
-                "unresolved": [c.model_dump(mode="json") for c in unresolved]}
+        data = {
+            "approvals": [as_json(r) for r in approvals],
+            "unresolved": [c.model_dump(mode="json") for c in unresolved],
+        }
         sys.stdout.write(orjson.dumps(data).decode() + "\n")
     elif not approvals and not unresolved:
         print("nothing waits for a person")
     else:
-        print("\n\n".join([*(describe(r) for r in approvals),
-                            *(describe_unresolved(c) for c in unresolved)]))
+        print(
+            "\n\n".join(
+                [*(describe(r) for r in approvals), *(describe_unresolved(c) for c in unresolved)]
+            )
+        )
     return 0
 
 
@@ -145,18 +154,27 @@ def add_command(sub: Any) -> None:
     listing.add_argument("--json", action="store_true")
     listing.add_argument("--limit", type=int, default=100)
     listing.set_defaults(handler=cmd_approvals)
-    inbox = sub.add_parser("inbox", help="list what waits for a person: approvals and "
-                           "unresolved write outcomes")
+    inbox = sub.add_parser(
+        "inbox", help="list what waits for a person: approvals and unresolved write outcomes"
+    )
     inbox.add_argument("--json", action="store_true")
     inbox.add_argument("--limit", type=int, default=100)
     inbox.set_defaults(handler=cmd_inbox)
     for name, text in (("approve", "approve a pending call"), ("deny", "deny a pending call")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("approval_id")
-        cmd.add_argument("--as", dest="approver", required=True, type=exits.person_name,
-                         help="who decides (e.g. carol)")
-        cmd.add_argument("--key", type=Path,
-                         help="their private key (default: HOME/keys/<as>.pem, the local keyring)")
+        cmd.add_argument(
+            "--as",
+            dest="approver",
+            required=True,
+            type=exits.person_name,
+            help="who decides (e.g. carol)",
+        )
+        cmd.add_argument(
+            "--key",
+            type=Path,
+            help="their private key (default: HOME/keys/<as>.pem, the local keyring)",
+        )
         cmd.add_argument("--reason", required=name == "deny", help="told to the model on deny")
         cmd.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it")
         cmd.set_defaults(handler=cmd_decide)

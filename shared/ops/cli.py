@@ -103,8 +103,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Every worker as its own supervised process, until SIGINT/SIGTERM; 1 when it cannot
     start (said in one line)."""
     sigterm_as_interrupt()
-    modules = None if args.tools is None else tuple(
-        m.strip() for m in args.tools.split(",") if m.strip()
+    modules = (
+        None if args.tools is None else tuple(m.strip() for m in args.tools.split(",") if m.strip())
     )
     spec = SystemSpec(
         services=(),
@@ -139,9 +139,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from callgate.ops.demo import DemoOptions, run_demo
 
     sigterm_as_interrupt()
-    options = DemoOptions(name=args.name, api=args.api, input=args.input, model=args.model,
-                          timeout_s=args.timeout, verbose=args.verbose,
-                          approve_as=args.approve_as)
+    options = DemoOptions(
+        name=args.name,
+        api=args.api,
+        input=args.input,
+        model=args.model,
+        timeout_s=args.timeout,
+        verbose=args.verbose,
+        approve_as=args.approve_as,
+    )
     return run_demo(options)
 
 
@@ -149,13 +155,18 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line (and argparse's exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(exits.USAGE, f"{self.prog}: {exits.one_line(message)} "
-                  f"(see `{self.prog} --help`)\n")
+        self.exit(
+            exits.USAGE, f"{self.prog}: {exits.one_line(message)} (see `{self.prog} --help`)\n"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="callgate", description=__doc__.split("\n")[0],
-                    epilog=exits.CONTRACT, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="callgate",
+        description=__doc__.split("\n")[0],
+        epilog=exits.CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_up_and_demo(sub)
@@ -171,26 +182,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_run(sub: Any) -> None:
-    run = sub.add_parser("run", help="submit a run", description="submit a run",
-                         epilog=exits.CONTRACT,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    run = sub.add_parser(
+        "run",
+        help="submit a run",
+        description="submit a run",
+        epilog=exits.CONTRACT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_spec_options(run)
-    run.add_argument("--wait", action="store_true", help="wait until it ends or pauses; the "
-                     "exit code says which (0 completed, 1 ended otherwise, 4 paused)")
+    run.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until it ends or pauses; the "
+        "exit code says which (0 completed, 1 ended otherwise, 4 paused)",
+    )
     run.add_argument("--json", action="store_true", help="print JSON (the run view with --wait)")
-    run.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                     help="seconds --wait may take (default: 120)")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds --wait may take (default: 120)",
+    )
     run.set_defaults(handler=cmd_run)
 
 
 def _add_up_and_demo(sub: Any) -> None:
     from callgate.ops.demo import DEMOS
 
-    up = sub.add_parser("up", help="start every worker (and Redis if none answers: an "
-                        "embedded one with a generated password, in HOME/dev.json only)")
+    up = sub.add_parser(
+        "up",
+        help="start every worker (and Redis if none answers: an "
+        "embedded one with a generated password, in HOME/dev.json only)",
+    )
     up.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
-    up.add_argument("--tools", help="tool modules the workers register, comma-separated "
-                    "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
+    up.add_argument(
+        "--tools",
+        help="tool modules the workers register, comma-separated "
+        "(default: CALLGATE_TOOL_MODULES, else the demo's tools)",
+    )
     up.add_argument("--mcp", type=mcp_file, metavar="FILE", help=MCP_HELP)
     up.add_argument("--webhooks", type=webhooks_file, metavar="FILE", help=WEBHOOKS_HELP)
     up.set_defaults(handler=cmd_up)
@@ -199,8 +229,12 @@ def _add_up_and_demo(sub: Any) -> None:
     demo.add_argument("name", choices=sorted(DEMOS))
     demo.add_argument("--api", choices=APIS)
     demo.add_argument("--input", help="default: the demo's own question")
-    demo.add_argument("--approve-as", metavar="USER", type=exits.person_name,
-                      help="workshop: approve as USER instead of asking in the terminal")
+    demo.add_argument(
+        "--approve-as",
+        metavar="USER",
+        type=exits.person_name,
+        help="workshop: approve as USER instead of asking in the terminal",
+    )
     demo.add_argument("--model", help="default: the scripted scenario, or a real model")
     demo.add_argument("--timeout", type=float, default=60.0, help="seconds the run may take")
     demo.add_argument("--verbose", action="store_true", help="stream every process's output")

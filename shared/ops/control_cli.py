@@ -60,8 +60,9 @@ async def resolve(
     after = await desk.last_event_id(run_id)
     message = await desk.resolve(call, outcome, signer, result=result, reason=reason)
     said = outcome.replace("_", " ")
-    return await verdict(desk, message, after, timeout_s,
-                         f"resolved {call_id} ({call.tool}, run {run_id}): {said}")
+    return await verdict(
+        desk, message, after, timeout_s, f"resolved {call_id} ({call.tool}, run {run_id}): {said}"
+    )
 
 
 async def verdict(
@@ -77,8 +78,12 @@ async def verdict(
 
 
 async def control(
-    client: CallgateClient, run_id: str, act: Literal["cancel", "resume"], signer: Signer,
-    timeout_s: float = 10.0, **budget: float | str | None,
+    client: CallgateClient,
+    run_id: str,
+    act: Literal["cancel", "resume"],
+    signer: Signer,
+    timeout_s: float = 10.0,
+    **budget: float | str | None,
 ) -> tuple[int, str]:
     """Sign and post a cancel or resume and wait for the validator: (exit code, what to say).
     ``budget``: reason, max_turns, deadline_s, max_total_tokens (`ControlClaims`)."""
@@ -106,7 +111,7 @@ def _result(text: str | None) -> dict[str, object] | None:
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"--result is not JSON ({exc})") from None
     if not isinstance(value, dict):
-        raise ValueError("--result must be a JSON object, e.g. '{\"reservation_id\": \"r-1\"}'")
+        raise ValueError('--result must be a JSON object, e.g. \'{"reservation_id": "r-1"}\'')
     return value
 
 
@@ -122,8 +127,16 @@ async def cmd_resolve(args: argparse.Namespace) -> int:
     settings = Settings()
     signer = person_signer(settings, args.person, args.key)
     async with CallgateClient(settings) as client:
-        code, text = await resolve(client, args.run_id, args.call_id, outcome, signer,
-                                   result=result, reason=args.reason, timeout_s=args.timeout)
+        code, text = await resolve(
+            client,
+            args.run_id,
+            args.call_id,
+            outcome,
+            signer,
+            result=result,
+            reason=args.reason,
+            timeout_s=args.timeout,
+        )
     print(text, file=sys.stdout if code == 0 else sys.stderr)
     return code
 
@@ -131,11 +144,14 @@ async def cmd_resolve(args: argparse.Namespace) -> int:
 async def cmd_control(args: argparse.Namespace) -> int:
     settings = Settings()
     signer = person_signer(settings, args.person, args.key)
-    budget = {name: getattr(args, name, None)
-              for name in ("reason", "max_turns", "deadline_s", "max_total_tokens")}
+    budget = {
+        name: getattr(args, name, None)
+        for name in ("reason", "max_turns", "deadline_s", "max_total_tokens")
+    }
     async with CallgateClient(settings) as client:
-        code, text = await control(client, args.run_id, args.command, signer, args.timeout,
-                                   **budget)
+        code, text = await control(
+            client, args.run_id, args.command, signer, args.timeout, **budget
+        )
     print(text, file=sys.stdout if code == 0 else sys.stderr)
     return code
 
@@ -143,17 +159,20 @@ async def cmd_control(args: argparse.Namespace) -> int:
 async def cmd_reply(args: argparse.Namespace) -> int:
     """A follow-up input for a completed run, signed with this machine's submitter key."""
     async with CallgateClient(Settings()) as client:
-        reply_id = await client.reply(args.run_id, args.input, policy=args.policy,
-                                      max_turns=args.max_turns)
+        reply_id = await client.reply(
+            args.run_id, args.input, policy=args.policy, max_turns=args.max_turns
+        )
         try:
             result = await client.reply_result(reply_id, args.timeout)
         except JobFailedError as exc:
             print(f"callgate reply: {exc}", file=sys.stderr)
             return EXIT_NOT_FOUND if "completed" in str(exc) or "no run" in str(exc) else 1
         except TimeoutError:
-            print(f"callgate reply: queued as {reply_id}; no verdict within {args.timeout:g}s "
-                  "(is the ingress running? with --policy enqueue it waits for the run)",
-                  file=sys.stderr)
+            print(
+                f"callgate reply: queued as {reply_id}; no verdict within {args.timeout:g}s "
+                "(is the ingress running? with --policy enqueue it waits for the run)",
+                file=sys.stderr,
+            )
             return EXIT_REFUSED
     turn = result.get("turn")
     print(f"reply admitted to {args.run_id}" + (f" as turn {turn}" if turn else " (already)"))
@@ -161,10 +180,14 @@ async def cmd_reply(args: argparse.Namespace) -> int:
 
 
 def _person(cmd: Any, who: str) -> None:
-    cmd.add_argument("--as", dest="person", required=True, type=exits.person_name,
-                     help=f"who decides ({who})")
-    cmd.add_argument("--key", type=Path,
-                     help="their private key (default: HOME/keys/<as>.pem, the local keyring)")
+    cmd.add_argument(
+        "--as", dest="person", required=True, type=exits.person_name, help=f"who decides ({who})"
+    )
+    cmd.add_argument(
+        "--key",
+        type=Path,
+        help="their private key (default: HOME/keys/<as>.pem, the local keyring)",
+    )
     cmd.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a verdict")
 
 
@@ -172,8 +195,12 @@ def add_command(sub: Any) -> None:
     reply = sub.add_parser("reply", help="continue a completed run with a follow-up input")
     reply.add_argument("run_id")
     reply.add_argument("--input", required=True, help="the follow-up message")
-    reply.add_argument("--policy", choices=("reject", "enqueue"), default="reject",
-                       help="if the run is busy: refuse (default), or admit when it completes")
+    reply.add_argument(
+        "--policy",
+        choices=("reject", "enqueue"),
+        default="reject",
+        help="if the run is busy: refuse (default), or admit when it completes",
+    )
     reply.add_argument("--max-turns", type=int, help="a larger turn budget for the run")
     reply.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for it")
     reply.set_defaults(handler=cmd_reply)
@@ -193,12 +220,13 @@ def add_command(sub: Any) -> None:
     cmd.add_argument("run_id")
     cmd.add_argument("call_id")
     answer = cmd.add_mutually_exclusive_group(required=True)
-    answer.add_argument("--applied", action="store_true",
-                        help="the write happened (the model is told --result)")
-    answer.add_argument("--not-applied", action="store_true",
-                        help="the write did not happen (the model is told so)")
-    answer.add_argument("--recheck", action="store_true",
-                        help="ask the authoritative system again")
+    answer.add_argument(
+        "--applied", action="store_true", help="the write happened (the model is told --result)"
+    )
+    answer.add_argument(
+        "--not-applied", action="store_true", help="the write did not happen (the model is told so)"
+    )
+    answer.add_argument("--recheck", action="store_true", help="ask the authoritative system again")
     cmd.add_argument("--result", help="with --applied: the write's result, a JSON object")
     cmd.add_argument("--reason", help="why, kept in the run's trace")
     _person(cmd, "a resolver: the tool's approver role, or an operator")

@@ -102,8 +102,9 @@ def run_spec(demo: Demo, options: DemoOptions, api: str, model: str) -> dict[str
     }
 
 
-async def drive(system: LocalSystem, spec: dict[str, Any], options: DemoOptions,
-                progress: Progress) -> tuple[dict[str, Any], str]:
+async def drive(
+    system: LocalSystem, spec: dict[str, Any], options: DemoOptions, progress: Progress
+) -> tuple[dict[str, Any], str]:
     """Submit the run and see it through (deciding approvals); return (its view, its trace)."""
     timeout_s = options.timeout_s
     async with CallgateClient(system.settings) as client:

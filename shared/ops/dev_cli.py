@@ -50,34 +50,59 @@ CONSOLE_OPERATOR = "carol"
 """Whom dev's web console signs in: the demo's approver (an events-lead), who decides the
 workshop's booking."""
 CONSOLE_LINK = r"one-time login link[^:]*: (http://\S+)"
-SHOWN_ENV = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", *(s for _, s in SERVICES.values()),
-             "CALLGATE_TOOL_MODULES")
+SHOWN_ENV = (
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    *(s for _, s in SERVICES.values()),
+    "CALLGATE_TOOL_MODULES",
+)
 """The environment a user's own tools and scripts may want to copy; no secrets."""
-TRY = ("callgate run --api openai-chat --model travel-parallel "
-       "--tools get_train_status,get_weather --identity '{\"user\": \"alice\"}' "
-       "--input 'Is G1234 on time?' --wait")
+TRY = (
+    "callgate run --api openai-chat --model travel-parallel "
+    '--tools get_train_status,get_weather --identity \'{"user": "alice"}\' '
+    "--input 'Is G1234 on time?' --wait"
+)
 
 
 def add_command(sub: Any) -> None:
     dev = sub.add_parser("dev", help="everything for local development, until Ctrl-C")
-    dev.add_argument("--tools", help="tool modules the workers register, comma-separated "
-                     "(default: CALLGATE_TOOL_MODULES, else the demo's tools)")
+    dev.add_argument(
+        "--tools",
+        help="tool modules the workers register, comma-separated "
+        "(default: CALLGATE_TOOL_MODULES, else the demo's tools)",
+    )
     dev.add_argument("--mcp", type=mcp_file, metavar="FILE", help=MCP_HELP)
-    dev.add_argument("--scenarios", type=Path, metavar="DIR",
-                     help="your scripted-model scenarios (DIR/<model>.json), before the built-ins")
-    dev.add_argument("--slack", action="store_true",
-                     help="also the fake Slack and the approvals bot")
+    dev.add_argument(
+        "--scenarios",
+        type=Path,
+        metavar="DIR",
+        help="your scripted-model scenarios (DIR/<model>.json), before the built-ins",
+    )
+    dev.add_argument(
+        "--slack", action="store_true", help="also the fake Slack and the approvals bot"
+    )
     dev.add_argument("--webhooks", type=webhooks_file, metavar="FILE", help=WEBHOOKS_HELP)
-    dev.add_argument("--api-port", type=int, default=8080, metavar="PORT",
-                     help="the HTTP API's port (`callgate serve`; default 8080, 0: a free one)")
-    dev.add_argument("--log-format", choices=("auto", "pretty", "json"), default="auto",
-                     help="auto: readable on a terminal, JSON lines otherwise")
+    dev.add_argument(
+        "--api-port",
+        type=int,
+        default=8080,
+        metavar="PORT",
+        help="the HTTP API's port (`callgate serve`; default 8080, 0: a free one)",
+    )
+    dev.add_argument(
+        "--log-format",
+        choices=("auto", "pretty", "json"),
+        default="auto",
+        help="auto: readable on a terminal, JSON lines otherwise",
+    )
     dev.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
     dev.set_defaults(handler=cmd_dev)
 
 
-MCP_HELP = ("the deployment's MCP servers, a JSON list as CALLGATE_MCP_SERVERS takes it "
-            "(README: Tools from MCP servers)")
+MCP_HELP = (
+    "the deployment's MCP servers, a JSON list as CALLGATE_MCP_SERVERS takes it "
+    "(README: Tools from MCP servers)"
+)
 
 
 def mcp_file(path: str) -> str:
@@ -92,8 +117,10 @@ def mcp_file(path: str) -> str:
     return orjson.dumps(entries).decode()
 
 
-WEBHOOKS_HELP = ("the deployment's webhook endpoints, a JSON list as "
-                 "CALLGATE_WEBHOOK_ENDPOINTS_FILE takes it (README: Webhooks)")
+WEBHOOKS_HELP = (
+    "the deployment's webhook endpoints, a JSON list as "
+    "CALLGATE_WEBHOOK_ENDPOINTS_FILE takes it (README: Webhooks)"
+)
 
 
 def webhooks_file(path: str) -> str:
@@ -122,8 +149,8 @@ def mcp_env(servers: str | None) -> dict[str, str]:
 
 def dev_spec(args: argparse.Namespace) -> SystemSpec:
     """What `callgate dev` starts: the demo's services, every worker, the local keyring."""
-    modules = None if args.tools is None else tuple(
-        m.strip() for m in args.tools.split(",") if m.strip()
+    modules = (
+        None if args.tools is None else tuple(m.strip() for m in args.tools.split(",") if m.strip())
     )
     return SystemSpec(
         key_prefix=os.environ.get("CALLGATE_KEY_PREFIX", "cg"),
@@ -168,8 +195,7 @@ def already_running(state_file: Path, say: Callable[[str], None]) -> bool:
     running = read_dev_state(state_file.parent)
     if running is None:
         return False
-    say(f"callgate dev or up already runs here (pid {running['pid']}, {state_file}); "
-        "stop it first")
+    say(f"callgate dev or up already runs here (pid {running['pid']}, {state_file}); stop it first")
     return True
 
 
@@ -180,8 +206,13 @@ def write_state(system: LocalSystem, state_file: Path) -> dict[str, Any]:
     return state
 
 
-def _serve(system: LocalSystem, args: argparse.Namespace, state_file: Path,
-           console: Console | None, say: Callable[[str], None]) -> int:
+def _serve(
+    system: LocalSystem,
+    args: argparse.Namespace,
+    state_file: Path,
+    console: Console | None,
+    say: Callable[[str], None],
+) -> int:
     try:
         system.start()
         start_api(system, args.api_port)
@@ -205,8 +236,9 @@ def start_api(system: LocalSystem, port: int = 0) -> str:
         system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
         port = 0
     argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
-    env = {"CALLGATE_CONSOLE_OPERATOR": system.env.get("CALLGATE_CONSOLE_OPERATOR",
-                                                       CONSOLE_OPERATOR)}
+    env = {
+        "CALLGATE_CONSOLE_OPERATOR": system.env.get("CALLGATE_CONSOLE_OPERATOR", CONSOLE_OPERATOR)
+    }
     return system.start_listener("api", argv, env)
 
 
@@ -262,8 +294,9 @@ def banner_rows(state: dict[str, Any], state_file: Path) -> list[tuple[str, str]
     return rows
 
 
-def show_banner(state: dict[str, Any], state_file: Path, console: Console | None,
-                link: str | None = None) -> None:
+def show_banner(
+    state: dict[str, Any], state_file: Path, console: Console | None, link: str | None = None
+) -> None:
     """What runs where (and the web console's one-time login ``link``, which dev's log would
     mask): a table on a terminal, one JSON line otherwise."""
     rows = banner_rows(state, state_file)

@@ -93,20 +93,28 @@ def redis_url() -> str:
 
 def unreachable(url: str) -> str:
     """The line for a Redis that did not answer: what is wrong and what to do."""
-    return (f"cannot reach Redis at {mask_url_password(url)} — start it, "
-            "or `callgate up`/set REDIS_URL")
+    return (
+        f"cannot reach Redis at {mask_url_password(url)} — start it, or `callgate up`/set REDIS_URL"
+    )
 
 
 def failure(exc: BaseException) -> tuple[str, int] | None:
     """The line and exit code for ``exc``; None for a bug (left to raise, with its traceback)."""
     if isinstance(exc, AuthenticationError):
-        return (f"Redis at {mask_url_password(redis_url())} refused the credentials — check "
-                "the user and password in REDIS_URL", UNREACHABLE)
+        return (
+            f"Redis at {mask_url_password(redis_url())} refused the credentials — check "
+            "the user and password in REDIS_URL",
+            UNREACHABLE,
+        )
     if isinstance(exc, NoPermissionError):
-        return (f"Redis refused a command for this user ({one_line(str(exc))}) — use the "
-                "deployment's user for this command in REDIS_URL", ENDED)
-    if isinstance(exc, RedisUnavailableError | RedisConnectionError | RedisTimeoutError
-                  | ConnectionError):
+        return (
+            f"Redis refused a command for this user ({one_line(str(exc))}) — use the "
+            "deployment's user for this command in REDIS_URL",
+            ENDED,
+        )
+    if isinstance(
+        exc, RedisUnavailableError | RedisConnectionError | RedisTimeoutError | ConnectionError
+    ):
         return unreachable(redis_url()), UNREACHABLE
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

@@ -68,7 +68,8 @@ def since(text: str) -> int:
         moment = datetime.fromisoformat(text.strip())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither a span like 15m, 2h, 7d nor an ISO-8601 time") from exc
+            f"{text!r} is neither a span like 15m, 2h, 7d nor an ISO-8601 time"
+        ) from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
@@ -122,7 +123,11 @@ async def cmd_trace(args: argparse.Namespace) -> int:
 
 
 async def find_runs(
-    reads: Reads, partitions: int, since_ms: int, wanted: frozenset[RunState] | None, limit: int,
+    reads: Reads,
+    partitions: int,
+    since_ms: int,
+    wanted: frozenset[RunState] | None,
+    limit: int,
     tenant: str | None = None,
 ) -> list[RunRecord]:
     """Up to ``limit`` runs created since ``since_ms`` in ``wanted`` states, newest first;
@@ -144,8 +149,14 @@ async def find_runs(
 
 async def cmd_runs(args: argparse.Namespace) -> int:
     async def act(client: CallgateClient) -> int:
-        runs = await find_runs(client.ledger, client.settings.partitions, args.since,
-                               args.status, args.limit, client.settings.tenant)
+        runs = await find_runs(
+            client.ledger,
+            client.settings.partitions,
+            args.since,
+            args.status,
+            args.limit,
+            client.settings.tenant,
+        )
         rows = [run_row(run) for run in runs]
         dump(rows) if args.json else show(runs_table(rows))
         return OK
@@ -155,9 +166,11 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 async def cmd_dead_letters(args: argparse.Namespace) -> int:
     async def act(client: CallgateClient) -> int:
-        rows = [dead_letter_row(partition, entry_id, fields)
-                for partition in range(client.settings.partitions)
-                for entry_id, fields in await client.ledger.dead_letters(partition, args.limit)]
+        rows = [
+            dead_letter_row(partition, entry_id, fields)
+            for partition in range(client.settings.partitions)
+            for entry_id, fields in await client.ledger.dead_letters(partition, args.limit)
+        ]
         rows = sorted(rows, key=lambda r: (r["t_ms"], r["id"]), reverse=True)[: args.limit]
         dump(rows) if args.json else show(dead_letters_table(rows, full=args.full))
         return OK
@@ -174,9 +187,11 @@ def _positive(text: str) -> int:
 
 def add_command(sub: Any) -> None:
     """``status``, ``view``, ``trace``, ``runs`` and ``dead-letters``."""
-    for name, handler, text in (("status", cmd_status, "the run record"),
-                                ("view", cmd_view, "the run and its calls"),
-                                ("trace", cmd_trace, "the run's event log, with wall-clock times")):
+    for name, handler, text in (
+        ("status", cmd_status, "the run record"),
+        ("view", cmd_view, "the run and its calls"),
+        ("trace", cmd_trace, "the run's event log, with wall-clock times"),
+    ):
         cmd = sub.add_parser(name, help=text, description=text)
         cmd.add_argument("run_id", help="the run's id")
         cmd.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -184,18 +199,36 @@ def add_command(sub: Any) -> None:
             cmd.add_argument("--full", action="store_true", help="cut no detail")
         cmd.set_defaults(handler=handler)
     runs = sub.add_parser("runs", help="list runs, newest first", description="list runs")
-    runs.add_argument("--status", type=statuses, metavar="S[,S…]", help="only runs in these "
-                      "states, e.g. paused_approval,failed")
-    runs.add_argument("--since", type=since, default=0, metavar="T",
-                      help="only runs created since T: a span (15m, 2h, 7d) or an ISO-8601 time")
-    runs.add_argument("--limit", type=_positive, default=50, metavar="N",
-                      help="at most N runs (default: 50)")
+    runs.add_argument(
+        "--status",
+        type=statuses,
+        metavar="S[,S…]",
+        help="only runs in these states, e.g. paused_approval,failed",
+    )
+    runs.add_argument(
+        "--since",
+        type=since,
+        default=0,
+        metavar="T",
+        help="only runs created since T: a span (15m, 2h, 7d) or an ISO-8601 time",
+    )
+    runs.add_argument(
+        "--limit", type=_positive, default=50, metavar="N", help="at most N runs (default: 50)"
+    )
     runs.add_argument("--json", action="store_true", help="print JSON instead of a table")
     runs.set_defaults(handler=cmd_runs)
-    dead = sub.add_parser("dead-letters", help="what the workers dead-lettered, and why",
-                          description="stream messages no worker could settle, newest first")
-    dead.add_argument("--limit", type=_positive, default=50, metavar="N",
-                      help="at most N per partition and in all (default: 50)")
+    dead = sub.add_parser(
+        "dead-letters",
+        help="what the workers dead-lettered, and why",
+        description="stream messages no worker could settle, newest first",
+    )
+    dead.add_argument(
+        "--limit",
+        type=_positive,
+        default=50,
+        metavar="N",
+        help="at most N per partition and in all (default: 50)",
+    )
     dead.add_argument("--full", action="store_true", help="cut no reason")
     dead.add_argument("--json", action="store_true", help="print JSON instead of a table")
     dead.set_defaults(handler=cmd_dead_letters)

@@ -61,11 +61,24 @@ def run_row(run: RunRecord) -> dict[str, Any]:
 
 def runs_table(rows: list[dict[str, Any]]) -> Table:
     """`callgate runs`: newest first."""
-    table = Table("created (UTC)", "run", "status", "turns", "user", "model", "reason",
-                  title=f"{len(rows)} run(s)", title_justify="left")
+    table = Table(
+        "created (UTC)",
+        "run",
+        "status",
+        "turns",
+        "user",
+        "model",
+        "reason",
+        title=f"{len(rows)} run(s)",
+        title_justify="left",
+    )
     for row in rows:
-        table.add_row(*(_cell(row[k]) for k in ("created", "run_id", "status", "turns",
-                                                    "user", "model", "reason")))
+        table.add_row(
+            *(
+                _cell(row[k])
+                for k in ("created", "run_id", "status", "turns", "user", "model", "reason")
+            )
+        )
     return table
 
 
@@ -101,26 +114,63 @@ def dead_letter_row(partition: int, entry_id: str, fields: Mapping[str, Any]) ->
 
 def dead_letters_table(rows: list[dict[str, Any]], full: bool = False) -> Table:
     """`callgate dead-letters`: newest first."""
-    table = Table("time (UTC)", "stream", "group", "kind", "run", "deliveries", "reason",
-                  title=f"{len(rows)} dead letter(s)", title_justify="left")
+    table = Table(
+        "time (UTC)",
+        "stream",
+        "group",
+        "kind",
+        "run",
+        "deliveries",
+        "reason",
+        title=f"{len(rows)} dead letter(s)",
+        title_justify="left",
+    )
     for row in rows:
-        table.add_row(*(_cell(row[k]) for k in ("time", "stream", "group", "kind", "run_id",
-                                                    "delivery_count")),
-                      _cell(row["reason"], None if full else CELL_MAX))
+        table.add_row(
+            *(
+                _cell(row[k])
+                for k in ("time", "stream", "group", "kind", "run_id", "delivery_count")
+            ),
+            _cell(row["reason"], None if full else CELL_MAX),
+        )
     return table
 
 
-STATUS_FIELDS = ("run_id", "status", "reason", "api", "model", "input", "instructions", "turn",
-                 "max_turns",
-                 "max_total_tokens", "usage_input_tokens", "usage_output_tokens", "identity",
-                 "vouched_by", "allowed_tools", "batch_policy", "approval_ttl_s", "acceptance",
-                 "deadline_ms", "created_ms", "updated_ms", "final_text")
+STATUS_FIELDS = (
+    "run_id",
+    "status",
+    "reason",
+    "api",
+    "model",
+    "input",
+    "instructions",
+    "turn",
+    "max_turns",
+    "max_total_tokens",
+    "usage_input_tokens",
+    "usage_output_tokens",
+    "identity",
+    "vouched_by",
+    "allowed_tools",
+    "batch_policy",
+    "approval_ttl_s",
+    "acceptance",
+    "deadline_ms",
+    "created_ms",
+    "updated_ms",
+    "final_text",
+)
 
 
 def status_table(status: Mapping[str, Any]) -> Table:
     """`callgate status`: the run record, one field a line, times as wall-clock."""
-    table = Table("field", "value", show_header=False, title=f"run {status.get('run_id')}",
-                  title_justify="left")
+    table = Table(
+        "field",
+        "value",
+        show_header=False,
+        title=f"run {status.get('run_id')}",
+        title_justify="left",
+    )
     for name in STATUS_FIELDS:
         value = status.get(name)
         if value in (None, "", [], {}):
@@ -144,17 +194,36 @@ def _outcome(result: Any) -> str:
 def view_renderable(view: Mapping[str, Any]) -> RenderableType:
     """`callgate view`: the run's outcome, then every call in turn and provider order."""
     usage = view.get("usage") or {}
-    head = Text(f"run {view['run_id']}: {view['status']}"
-                + (f" ({view['reason']})" if view.get("reason") else "")
-                + f" · {view['api']} {view['model']} · {view['turns']} turn(s) · "
-                f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens")
-    calls = Table("turn", "call", "tool", "state", "decision", "reason", "arguments", "result",
-                  title=f"{len(view['calls'])} call(s)", title_justify="left")
+    head = Text(
+        f"run {view['run_id']}: {view['status']}"
+        + (f" ({view['reason']})" if view.get("reason") else "")
+        + f" · {view['api']} {view['model']} · {view['turns']} turn(s) · "
+        f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"
+    )
+    calls = Table(
+        "turn",
+        "call",
+        "tool",
+        "state",
+        "decision",
+        "reason",
+        "arguments",
+        "result",
+        title=f"{len(view['calls'])} call(s)",
+        title_justify="left",
+    )
     for call in view["calls"]:
         outcome = _outcome(call.get("result"))
-        calls.add_row(_cell(call["turn"]), _cell(call["call_id"]), _cell(call["tool"]),
-                      _cell(call["state"]), _cell(call.get("decision")),
-                      _cell(call.get("reason")), _cell(call.get("arguments")), _cell(outcome))
+        calls.add_row(
+            _cell(call["turn"]),
+            _cell(call["call_id"]),
+            _cell(call["tool"]),
+            _cell(call["state"]),
+            _cell(call.get("decision")),
+            _cell(call.get("reason")),
+            _cell(call.get("arguments")),
+            _cell(outcome),
+        )
     parts: list[RenderableType] = [head, calls]
     if view.get("final_text"):
         parts.append(Text(view["final_text"]))

@@ -63,25 +63,35 @@ def kind_and_fields(args: argparse.Namespace) -> tuple[Kind, dict[str, Any]]:
     """Which kind of key the flags ask for, and its entry's fields; a flag of another kind is
     a usage error rather than something silently left out of the entry."""
     kind: Kind = "submitter" if args.submitter else "delegate" if args.delegate else "person"
-    given = {"submitter": bool(args.grant or args.attribute), "person": bool(args.role),
-             "delegate": bool(args.signs_for)}
+    given = {
+        "submitter": bool(args.grant or args.attribute),
+        "person": bool(args.role),
+        "delegate": bool(args.signs_for),
+    }
     flags = {"submitter": "--grant/--attribute", "person": "--role", "delegate": "--signs-for"}
     for other, used in given.items():
         if used and other != kind:
-            raise KeysCommandError(f"{flags[other]} is for a {other}'s key, not a {kind}'s "
-                                   f"(see `callgate keys new --help`)", EXIT_USAGE)
+            raise KeysCommandError(
+                f"{flags[other]} is for a {other}'s key, not a {kind}'s "
+                f"(see `callgate keys new --help`)",
+                EXIT_USAGE,
+            )
     try:
-        fields: dict[str, Any] = {"grants": args.grant or [], "roles": args.role or [],
-                                  "signs_for": args.signs_for or [],
-                                  "attributes": parse_attributes(args.attribute or [])}
+        fields: dict[str, Any] = {
+            "grants": args.grant or [],
+            "roles": args.role or [],
+            "signs_for": args.signs_for or [],
+            "attributes": parse_attributes(args.attribute or []),
+        }
         make_entry(kind, public_key_text(new_private_key()), fields)  # checked before any key
     except ValueError as exc:
         raise KeysCommandError(str(exc), EXIT_USAGE) from None
     return kind, fields
 
 
-def make_key(keyring: LocalKeyring, name: str, kind: Kind, fields: dict[str, Any],
-             force: bool) -> dict[str, Any]:
+def make_key(
+    keyring: LocalKeyring, name: str, kind: Kind, fields: dict[str, Any], force: bool
+) -> dict[str, Any]:
     """Make ``name``'s key; what the deployment must register, and the key it replaced."""
     try:
         path = keyring.key_path(name)
@@ -99,9 +109,16 @@ def make_key(keyring: LocalKeyring, name: str, kind: Kind, fields: dict[str, Any
         ) from None
     entry = make_entry(kind, public_key, fields)
     section = SECTIONS[kind]
-    return {"name": name, "kind": kind, "section": section, "key_file": str(path),
-            "public_key": public_key, "trust_entry": entry_line(name, entry),
-            section: {name: entry}, "replaced": replaced}
+    return {
+        "name": name,
+        "kind": kind,
+        "section": section,
+        "key_file": str(path),
+        "public_key": public_key,
+        "trust_entry": entry_line(name, entry),
+        section: {name: entry},
+        "replaced": replaced,
+    }
 
 
 def cmd_new(args: argparse.Namespace) -> int:
@@ -115,26 +132,39 @@ def cmd_new(args: argparse.Namespace) -> int:
         print(made["public_key"])
         print(made["trust_entry"])
     if made["replaced"] is not None:
-        print(f"replaced {made['name']}'s key; the old public key {made['replaced']} no longer "
-              "signs for them: update every trust file that lists it", file=sys.stderr)
-    where = ("give its service CALLGATE_SUBMITTER=" + made["name"] + " and CALLGATE_SIGNING_KEY="
-             f"{made['key_file']}. " if kind == "submitter" else "")
-    print(f"made {made['key_file']} (0600). {where}To trust it, add the entry above to "
-          f"\"{made['section']}\" in the deployment's trust file (this machine's: "
-          f"{keyring.trust_file}).", file=sys.stderr)
+        print(
+            f"replaced {made['name']}'s key; the old public key {made['replaced']} no longer "
+            "signs for them: update every trust file that lists it",
+            file=sys.stderr,
+        )
+    where = (
+        "give its service CALLGATE_SUBMITTER=" + made["name"] + " and CALLGATE_SIGNING_KEY="
+        f"{made['key_file']}. "
+        if kind == "submitter"
+        else ""
+    )
+    print(
+        f"made {made['key_file']} (0600). {where}To trust it, add the entry above to "
+        f"\"{made['section']}\" in the deployment's trust file (this machine's: "
+        f"{keyring.trust_file}).",
+        file=sys.stderr,
+    )
     return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Names and public keys, never a private key's bytes."""
     keyring = LocalKeyring(default_home())
-    listed = [{"name": name, "public_key": _public_key_of(keyring, name)}
-              for name in keyring.key_names()]
+    listed = [
+        {"name": name, "public_key": _public_key_of(keyring, name)} for name in keyring.key_names()
+    ]
     if args.json:
         print(json.dumps(listed))
     elif not listed:
-        print(f"no keys in {keyring.keys_dir}: make one with `callgate keys new NAME`",
-              file=sys.stderr)
+        print(
+            f"no keys in {keyring.keys_dir}: make one with `callgate keys new NAME`",
+            file=sys.stderr,
+        )
     else:
         width = max(len(item["name"]) for item in listed)
         for item in listed:
@@ -145,8 +175,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_token(args: argparse.Namespace) -> int:
     """One bearer token on stdout, for ``Authorization: Bearer …``."""
     if not 0 < args.ttl <= ACCESS_MAX_LIFETIME_S:
-        raise KeysCommandError(f"--ttl must be in (0, {ACCESS_MAX_LIFETIME_S:.0f}] seconds",
-                               EXIT_USAGE)
+        raise KeysCommandError(
+            f"--ttl must be in (0, {ACCESS_MAX_LIFETIME_S:.0f}] seconds", EXIT_USAGE
+        )
     try:
         signer = LocalKeyring(default_home()).signer(args.name)
     except ValueError as exc:
@@ -167,8 +198,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
-        print(f"callgate keys: cannot use the keyring{where}: {exc.strerror or exc}; check "
-              "CALLGATE_HOME and its permissions", file=sys.stderr)
+        print(
+            f"callgate keys: cannot use the keyring{where}: {exc.strerror or exc}; check "
+            "CALLGATE_HOME and its permissions",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return code
 
@@ -180,20 +214,42 @@ def add_command(sub: Any) -> None:
     new = actions.add_parser("new", help="make NAME's key pair and print what to register")
     new.add_argument("name", help="its key id in the trust file (a person's or service's name)")
     kind = new.add_mutually_exclusive_group()
-    kind.add_argument("--submitter", action="store_true",
-                      help="a service that submits runs (an entry for \"submitters\")")
-    kind.add_argument("--delegate", action="store_true",
-                      help="a service that signs for people, e.g. the Slack bot (\"delegates\")")
-    new.add_argument("--role", action="append", metavar="ROLE",
-                     help="a person's role (repeat for more)")
-    new.add_argument("--grant", action="append", metavar="ROLE",
-                     help="a role the submitter may put into an identity ('*': any)")
-    new.add_argument("--attribute", action="append", metavar="KEY=VALUE",
-                     help="an identity field the submitter may assert, e.g. tenant=acme")
-    new.add_argument("--signs-for", action="append", metavar="PERSON",
-                     help="a person the delegate may sign for ('*': every person)")
-    new.add_argument("--force", action="store_true",
-                     help="replace NAME's existing key (its old public key stops working)")
+    kind.add_argument(
+        "--submitter",
+        action="store_true",
+        help='a service that submits runs (an entry for "submitters")',
+    )
+    kind.add_argument(
+        "--delegate",
+        action="store_true",
+        help='a service that signs for people, e.g. the Slack bot ("delegates")',
+    )
+    new.add_argument(
+        "--role", action="append", metavar="ROLE", help="a person's role (repeat for more)"
+    )
+    new.add_argument(
+        "--grant",
+        action="append",
+        metavar="ROLE",
+        help="a role the submitter may put into an identity ('*': any)",
+    )
+    new.add_argument(
+        "--attribute",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an identity field the submitter may assert, e.g. tenant=acme",
+    )
+    new.add_argument(
+        "--signs-for",
+        action="append",
+        metavar="PERSON",
+        help="a person the delegate may sign for ('*': every person)",
+    )
+    new.add_argument(
+        "--force",
+        action="store_true",
+        help="replace NAME's existing key (its old public key stops working)",
+    )
     new.add_argument("--json", action="store_true", help="print one JSON object")
     new.set_defaults(keys_handler=cmd_new)
     listing = actions.add_parser("list", help="names and public keys (never private keys)")
@@ -201,7 +257,10 @@ def add_command(sub: Any) -> None:
     listing.set_defaults(keys_handler=cmd_list)
     token = actions.add_parser("token", help="a short-lived bearer token for the HTTP API")
     token.add_argument("name", help="whose key signs it (a submitter or a person)")
-    token.add_argument("--ttl", type=float, default=ACCESS_TTL_S,
-                       help=f"seconds it lives (default {ACCESS_TTL_S:.0f}, "
-                            f"at most {ACCESS_MAX_LIFETIME_S:.0f})")
+    token.add_argument(
+        "--ttl",
+        type=float,
+        default=ACCESS_TTL_S,
+        help=f"seconds it lives (default {ACCESS_TTL_S:.0f}, at most {ACCESS_MAX_LIFETIME_S:.0f})",
+    )
     token.set_defaults(keys_handler=cmd_token)

@@ -53,7 +53,8 @@ def _text_of(where: str, read: Any, field: str) -> str:
         raise argparse.ArgumentTypeError(f"{where} is empty")
     if len(text) > limit:
         raise argparse.ArgumentTypeError(
-            f"{where} has {len(text):,} characters; a run's {field} holds at most {limit:,}")
+            f"{where} has {len(text):,} characters; a run's {field} holds at most {limit:,}"
+        )
     return text
 
 
@@ -79,38 +80,93 @@ def add_spec_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--api", choices=APIS, required=True, help="the provider wire protocol")
     run.add_argument("--model", required=True, help="the model name the provider is asked for")
     given = run.add_mutually_exclusive_group(required=True)
-    given.add_argument("--input", type=input_text, metavar="TEXT",
-                       help="the user's task, the first user message; - reads it from stdin")
-    given.add_argument("--input-file", type=input_file, dest="input", metavar="PATH",
-                       help="read the task from a UTF-8 file")
+    given.add_argument(
+        "--input",
+        type=input_text,
+        metavar="TEXT",
+        help="the user's task, the first user message; - reads it from stdin",
+    )
+    given.add_argument(
+        "--input-file",
+        type=input_file,
+        dest="input",
+        metavar="PATH",
+        help="read the task from a UTF-8 file",
+    )
     rules = run.add_mutually_exclusive_group()
     rules.add_argument("--instructions", metavar="TEXT", help="system / developer instructions")
-    rules.add_argument("--instructions-file", type=instructions_file, dest="instructions",
-                       metavar="PATH", help="read the instructions from a UTF-8 file")
-    run.add_argument("--identity", type=json_object, required=True, metavar="JSON",
-                     help='who the run acts for, e.g. {"user": "alice", "roles": ["finance"]}')
-    run.add_argument("--tools", default="", metavar="NAMES",
-                     help="the registered tools the run may use, by tool name, comma-separated "
-                     "(default: every tool the deployment registered)")
-    run.add_argument("--allow-no-tools", action="store_true",
-                     help="submit even if no registered tool is selected, so every tool call "
-                     "the model makes would be refused")
-    run.add_argument("--run-id", help="the run's id (default: a new one); submitting the same "
-                     "spec again under it is harmless")
-    run.add_argument("--max-turns", type=int, default=10, metavar="N",
-                     help="model turns before the run is handed off (default: 10)")
-    run.add_argument("--max-total-tokens", type=int, metavar="N",
-                     help="input + output tokens before the run is handed off")
-    run.add_argument("--deadline-s", type=float, metavar="S",
-                     help="wall-clock budget in seconds from the run's creation")
-    run.add_argument("--approval-ttl-s", type=float, metavar="S", help="how long a person has "
-                     "to decide a call of this run (default: CALLGATE_APPROVAL_TTL_S)")
-    run.add_argument("--batch-policy", choices=BATCH_POLICIES, default="hold_effects",
-                     help="while calls wait for a person: hold_effects runs only reads, "
-                     "run_allowed also runs the allowed writes (default: hold_effects)")
-    run.add_argument("--acceptance", type=json_object, metavar="JSON",
-                     help='a rule for the final answer: {"contains": …}, {"json_schema": …} '
-                     'or {"validator": NAME}')
+    rules.add_argument(
+        "--instructions-file",
+        type=instructions_file,
+        dest="instructions",
+        metavar="PATH",
+        help="read the instructions from a UTF-8 file",
+    )
+    run.add_argument(
+        "--identity",
+        type=json_object,
+        required=True,
+        metavar="JSON",
+        help='who the run acts for, e.g. {"user": "alice", "roles": ["finance"]}',
+    )
+    run.add_argument(
+        "--tools",
+        default="",
+        metavar="NAMES",
+        help="the registered tools the run may use, by tool name, comma-separated "
+        "(default: every tool the deployment registered)",
+    )
+    run.add_argument(
+        "--allow-no-tools",
+        action="store_true",
+        help="submit even if no registered tool is selected, so every tool call "
+        "the model makes would be refused",
+    )
+    run.add_argument(
+        "--run-id",
+        help="the run's id (default: a new one); submitting the same "
+        "spec again under it is harmless",
+    )
+    run.add_argument(
+        "--max-turns",
+        type=int,
+        default=10,
+        metavar="N",
+        help="model turns before the run is handed off (default: 10)",
+    )
+    run.add_argument(
+        "--max-total-tokens",
+        type=int,
+        metavar="N",
+        help="input + output tokens before the run is handed off",
+    )
+    run.add_argument(
+        "--deadline-s",
+        type=float,
+        metavar="S",
+        help="wall-clock budget in seconds from the run's creation",
+    )
+    run.add_argument(
+        "--approval-ttl-s",
+        type=float,
+        metavar="S",
+        help="how long a person has "
+        "to decide a call of this run (default: CALLGATE_APPROVAL_TTL_S)",
+    )
+    run.add_argument(
+        "--batch-policy",
+        choices=BATCH_POLICIES,
+        default="hold_effects",
+        help="while calls wait for a person: hold_effects runs only reads, "
+        "run_allowed also runs the allowed writes (default: hold_effects)",
+    )
+    run.add_argument(
+        "--acceptance",
+        type=json_object,
+        metavar="JSON",
+        help='a rule for the final answer: {"contains": …}, {"json_schema": …} '
+        'or {"validator": NAME}',
+    )
 
 
 def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -124,9 +180,14 @@ def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "max_turns": args.max_turns,
         "batch_policy": args.batch_policy,
     }
-    optional = {"instructions": args.instructions, "run_id": args.run_id,
-                "deadline_s": args.deadline_s, "max_total_tokens": args.max_total_tokens,
-                "approval_ttl_s": args.approval_ttl_s, "acceptance": args.acceptance}
+    optional = {
+        "instructions": args.instructions,
+        "run_id": args.run_id,
+        "deadline_s": args.deadline_s,
+        "max_total_tokens": args.max_total_tokens,
+        "approval_ttl_s": args.approval_ttl_s,
+        "acceptance": args.acceptance,
+    }
     spec.update({k: v for k, v in optional.items() if v is not None})
     return spec
 
@@ -145,9 +206,11 @@ def tools_problem(selected: list[str] | None, settings: Settings) -> str | None:
     """
     modules = [name for name in selected or () if "." in name or "/" in name]
     if modules:
-        return (f"--tools takes tool names, not modules: {', '.join(modules)} — the deployment "
-                "registers modules (CALLGATE_TOOL_MODULES, `callgate up --tools`) and a run "
-                "selects their tools by name")
+        return (
+            f"--tools takes tool names, not modules: {', '.join(modules)} — the deployment "
+            "registers modules (CALLGATE_TOOL_MODULES, `callgate up --tools`) and a run "
+            "selects their tools by name"
+        )
     if "tool_modules" not in settings.model_fields_set or settings.mcp_servers:
         return None  # MCP servers' tools are known only to the workers connected to them
     try:
@@ -155,11 +218,15 @@ def tools_problem(selected: list[str] | None, settings: Settings) -> str | None:
     except RegistryError:
         return None
     if not len(registry):
-        return ("no tools are registered (CALLGATE_TOOL_MODULES is empty): every tool call of "
-                "this run would be refused — register tool modules, or pass --allow-no-tools")
+        return (
+            "no tools are registered (CALLGATE_TOOL_MODULES is empty): every tool call of "
+            "this run would be refused — register tool modules, or pass --allow-no-tools"
+        )
     unknown = registry.unknown(selected or ())
     if unknown:
-        return (f"--tools names tools not registered: {', '.join(unknown)} (registered: "
-                f"{', '.join(registry.names())}) — pick registered names, or pass "
-                "--allow-no-tools")
+        return (
+            f"--tools names tools not registered: {', '.join(unknown)} (registered: "
+            f"{', '.join(registry.names())}) — pick registered names, or pass "
+            "--allow-no-tools"
+        )
     return None

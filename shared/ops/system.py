@@ -178,8 +178,9 @@ class LocalSystem:
         if url is None:
             # A generated password: on a shared host, no other local user gets the workers'
             # power.  Only the children's environment and a 0600 state file hold it.
-            self.redis = EmbeddedRedis(appendonly=self.spec.redis != "private",
-                                       password=secrets.token_hex(24)).start()
+            self.redis = EmbeddedRedis(
+                appendonly=self.spec.redis != "private", password=secrets.token_hex(24)
+            ).start()
             url = self.redis.url
         self.env["REDIS_URL"] = url
         # The URL may carry a user's password: say where Redis is, never how to get in.
@@ -190,9 +191,7 @@ class LocalSystem:
         """Start demo service ``name`` on a fixed free port; export its URL to the tools."""
         module, setting = SERVICES[name]
         # A fixed port, so a restarted service keeps the URL the workers were given.
-        url = self.start_listener(
-            name, [sys.executable, "-m", module, "--port", str(free_port())]
-        )
+        url = self.start_listener(name, [sys.executable, "-m", module, "--port", str(free_port())])
         self.env[setting] = url
         self.progress(f"{name} service at {url}")
         return url

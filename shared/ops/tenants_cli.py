@@ -24,8 +24,11 @@ def cmd_tenants(args: argparse.Namespace) -> int:
     names = tenants(load_trust(Settings().trust_path))
     unusable = [name for name in names if not is_tenant_name(name)]
     if unusable:
-        print(f"callgate: the trust file names tenants {unusable} that are not tenant names "
-              f"({TENANT_NAME.pattern}): rename them", file=sys.stderr)
+        print(
+            f"callgate: the trust file names tenants {unusable} that are not tenant names "
+            f"({TENANT_NAME.pattern}): rename them",
+            file=sys.stderr,
+        )
         return USAGE
     print(" ".join(names))
     return OK

@@ -20,8 +20,9 @@ COLUMNS = ("+time", "event", "turn", "call", "tool", "state", "detail")
 CLOCK = "utc"
 """The wall-clock column `callgate trace` puts first: when, not only how long after."""
 DETAIL_MAX = 80
-_STRUCTURED = frozenset({"turn", "call_id", "tool", "from", "to", "from_state", "to_state",
-                         "run_id", "status"})
+_STRUCTURED = frozenset(
+    {"turn", "call_id", "tool", "from", "to", "from_state", "to_state", "run_id", "status"}
+)
 
 
 def _text(value: Any) -> str:
@@ -86,21 +87,26 @@ def rows(
         if not isinstance(data, dict):
             data = {"value": data}
         turn = data.get("turn")
-        out.append((
-            *((wall_clock(event.t_ms),) if clock else ()),
-            f"+{(event.t_ms - start) / 1000:.3f}s",
-            event.type,
-            "" if turn is None else str(turn),
-            _text(data.get("call_id", "")),
-            _text(data.get("tool", "")),
-            transition(data),
-            detail(data, None if full else DETAIL_MAX),
-        ))
+        out.append(
+            (
+                *((wall_clock(event.t_ms),) if clock else ()),
+                f"+{(event.t_ms - start) / 1000:.3f}s",
+                event.type,
+                "" if turn is None else str(turn),
+                _text(data.get("call_id", "")),
+                _text(data.get("tool", "")),
+                transition(data),
+                detail(data, None if full else DETAIL_MAX),
+            )
+        )
     return out
 
 
 def render(
-    events: Iterable[Event], header: Sequence[str] = COLUMNS, *, clock: bool = False,
+    events: Iterable[Event],
+    header: Sequence[str] = COLUMNS,
+    *,
+    clock: bool = False,
     full: bool = False,
 ) -> str:
     """The events as an aligned plain-text table (no colour, safe for logs and pipes)."""
@@ -109,8 +115,10 @@ def render(
         return "(no events)"
     table = [(CLOCK, *header) if clock else tuple(header), *body]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in table]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -118,5 +126,13 @@ def render(
 def as_json(events: Iterable[Event]) -> list[dict[str, Any]]:
     """The events as data (`callgate trace --json`): whole, with their wall-clock time, and
     redacted like the table."""
-    return [{"id": e.id, "t_ms": e.t_ms, "time": wall_clock(e.t_ms), "type": e.type,
-             "data": redact(e.data)} for e in events]
+    return [
+        {
+            "id": e.id,
+            "t_ms": e.t_ms,
+            "time": wall_clock(e.t_ms),
+            "type": e.type,
+            "data": redact(e.data),
+        }
+        for e in events
+    ]

@@ -15,13 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from callgate.errors import ProviderError
-from callgate.providers.base import (
-    JsonDict,
-    ToolResultInput,
-    TurnEvent,
-    TurnInput,
-    TurnOutcome,
-)
+from callgate.providers.base import JsonDict, ToolResultInput, TurnEvent, TurnInput, TurnOutcome
 from callgate.providers.common import RecordMeta, as_dict, outcome, settle, to_failed
 
 

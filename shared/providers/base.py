@@ -130,8 +130,7 @@ class RequestFailed:
 
 
 TurnEvent = Annotated[
-    FinalAnswer | ToolRequests | Refused | Incomplete | RequestFailed,
-    Field(discriminator="kind"),
+    FinalAnswer | ToolRequests | Refused | Incomplete | RequestFailed, Field(discriminator="kind")
 ]
 ProviderEvent = TurnEvent
 TURN_EVENT: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)

@@ -22,12 +22,7 @@ from callgate.providers.base import (
     TurnEvent,
     TurnInput,
 )
-from callgate.providers.common import (
-    CallCandidate,
-    build_calls,
-    join_fragments,
-    sdk_arguments,
-)
+from callgate.providers.common import CallCandidate, build_calls, join_fragments, sdk_arguments
 from callgate.providers.openai_common import OpenAIAdapter
 
 API = "openai-chat"

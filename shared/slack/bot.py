@@ -54,16 +54,24 @@ class SlackBot:
         self._own_redis = redis is None
         self.redis = redis or redis_client(settings.redis_url)
         self.client = AsyncWebClient(
-            token=slack.bot_token.get_secret_value(), base_url=slack.api_url,
-            timeout=slack.api_timeout_s, logger=logging.getLogger("callgate.slack.sdk"),
+            token=slack.bot_token.get_secret_value(),
+            base_url=slack.api_url,
+            timeout=slack.api_timeout_s,
+            logger=logging.getLogger("callgate.slack.sdk"),
         )
         self.client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
         signer = signer_of(settings, slack.key_id)
-        self.clicks = ClickHandler(self.redis, self.keys, slack.approvers, signer,
-                                   team_id=slack.team_id)
-        self.resolutions = ResolveHandler(self.redis, self.keys, slack.approvers, signer,
-                                          team_id=slack.team_id,
-                                          verdict_timeout_s=slack.verdict_timeout_s)
+        self.clicks = ClickHandler(
+            self.redis, self.keys, slack.approvers, signer, team_id=slack.team_id
+        )
+        self.resolutions = ResolveHandler(
+            self.redis,
+            self.keys,
+            slack.approvers,
+            signer,
+            team_id=slack.team_id,
+            verdict_timeout_s=slack.verdict_timeout_s,
+        )
         self.bolt = self._build_bolt()
         self.consumer = notification_worker(
             self.redis, settings, self.post_notification, group=slack.group
@@ -120,9 +128,16 @@ class SlackBot:
         bound = int(self._runner.addresses[0][1])
         if consume:
             self._consuming = asyncio.create_task(self.consumer.run(), name="slack-notify")
-        log.info("slack approvals bot serving", extra=log_fields(
-            host=host, port=bound, channel=self.slack.channel, api_url=self.slack.api_url,
-            approvers=sorted(self.slack.approvers)))
+        log.info(
+            "slack approvals bot serving",
+            extra=log_fields(
+                host=host,
+                port=bound,
+                channel=self.slack.channel,
+                api_url=self.slack.api_url,
+                approvers=sorted(self.slack.approvers),
+            ),
+        )
         return bound
 
     async def stop(self) -> None:
@@ -145,8 +160,10 @@ class SlackBot:
                 await self._post_approval(note)
             case "unknown_outcome":
                 await self.client.chat_postMessage(
-                    channel=self.slack.channel, text=messages.unknown_outcome_text(note),
-                    blocks=messages.unknown_outcome_blocks(note), unfurl_links=False,
+                    channel=self.slack.channel,
+                    text=messages.unknown_outcome_text(note),
+                    blocks=messages.unknown_outcome_blocks(note),
+                    unfurl_links=False,
                 )
             case _:
                 assert_never(note.type)
@@ -155,11 +172,17 @@ class SlackBot:
         assert note.approval_id is not None
         record = await load_approval(self.redis, self.keys, note.run_id, note.approval_id)
         if record is not None and record.state != "pending":
-            log.info("approval no longer pending; not posted", extra=log_fields(
-                run_id=note.run_id, approval_id=note.approval_id, state=record.state))
+            log.info(
+                "approval no longer pending; not posted",
+                extra=log_fields(
+                    run_id=note.run_id, approval_id=note.approval_id, state=record.state
+                ),
+            )
             return
         requested_by = note.requested_by or (record.requested_by if record else None)
         await self.client.chat_postMessage(
-            channel=self.slack.channel, text=messages.approval_text(note),
-            blocks=messages.approval_blocks(note, requested_by), unfurl_links=False,
+            channel=self.slack.channel,
+            text=messages.approval_text(note),
+            blocks=messages.approval_blocks(note, requested_by),
+            unfurl_links=False,
         )

@@ -62,8 +62,12 @@ def parse_click(body: Mapping[str, Any], action: Mapping[str, Any]) -> Click:
 
 
 def authorize(
-    click: Click, approver: Approver | None, record: ApprovalView | None, *,
-    team_id: str | None, now_ms: int,
+    click: Click,
+    approver: Approver | None,
+    record: ApprovalView | None,
+    *,
+    team_id: str | None,
+    now_ms: int,
 ) -> str | None:
     """Why the click is refused, or None when it may be posted.  Pure."""
     if team_id is not None and click.team_id != team_id:
@@ -92,8 +96,13 @@ class ClickHandler:
     """Maps a verified click to a decision; one per bot process."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, approvers: Mapping[str, Approver],
-        signer: Signer, *, team_id: str | None = None,
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        approvers: Mapping[str, Approver],
+        signer: Signer,
+        *,
+        team_id: str | None = None,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -101,8 +110,9 @@ class ClickHandler:
         self._team_id = team_id
         self._signer = signer
 
-    async def handle(self, body: Mapping[str, Any], action: Mapping[str, Any],
-                     client: AsyncWebClient) -> SignedDecision | None:
+    async def handle(
+        self, body: Mapping[str, Any], action: Mapping[str, Any], client: AsyncWebClient
+    ) -> SignedDecision | None:
         """Post the decision and update the message; return it (None when refused)."""
         click = parse_click(body, action)
         approver = self._approvers.get(click.user_id)
@@ -111,9 +121,11 @@ class ClickHandler:
             if click.value is not None and approver is not None:
                 value = click.value
                 record = await load_approval(
-                    self._redis, self._keys, value.run_id, value.approval_id)
-            refusal = authorize(click, approver, record, team_id=self._team_id,
-                                now_ms=int(time.time() * 1000))
+                    self._redis, self._keys, value.run_id, value.approval_id
+                )
+            refusal = authorize(
+                click, approver, record, team_id=self._team_id, now_ms=int(time.time() * 1000)
+            )
         except MalformedRecordError:
             log.exception("approval record does not parse")
             refusal = "the approval record is malformed; use `callgate approve`"
@@ -127,12 +139,17 @@ class ClickHandler:
         # Signed by the bot's own key, for the person it verified Slack says clicked; no
         # reason: a button carries none, and the model must not see Slack user ids.
         jti = new_id()
-        claims = approval_claims(click.decision, run=record.run_id, apr=record.approval_id,
-                                 call=record.call_id, hash=click.value.args_hash, reason=None,
-                                 jti=jti)
+        claims = approval_claims(
+            click.decision,
+            run=record.run_id,
+            apr=record.approval_id,
+            call=record.call_id,
+            hash=click.value.args_hash,
+            reason=None,
+            jti=jti,
+        )
         token = sign_decision(self._signer, person=approver.user, claims=claims)
-        decision = SignedDecision(msg_id=jti, run_id=record.run_id, turn=record.turn,
-                                  token=token)
+        decision = SignedDecision(msg_id=jti, run_id=record.run_id, turn=record.turn, token=token)
         try:
             stream = self._keys.run_stream("decisions", record.run_id)
             await post(self._redis, stream, decision)
@@ -140,18 +157,35 @@ class ClickHandler:
             log.exception("cannot post the decision")
             await self._refuse(client, click, "callgate is unavailable right now; try again")
             return None
-        log.info("decision posted", extra=log_fields(
-            run_id=record.run_id, approval_id=record.approval_id, decision=click.decision,
-            approver=approver.user, slack_user=click.user_id))
+        log.info(
+            "decision posted",
+            extra=log_fields(
+                run_id=record.run_id,
+                approval_id=record.approval_id,
+                decision=click.decision,
+                approver=approver.user,
+                slack_user=click.user_id,
+            ),
+        )
         await self._mark_decided(client, click, outcome_text(click.decision, approver.user, None))
         return decision
 
     async def _mark_decided(self, client: AsyncWebClient, click: Click, outcome: str) -> None:
-        await update(client, click.channel_id, click.message_ts, outcome,
-                     decided_blocks(click.blocks, outcome, click.user_id))
+        await update(
+            client,
+            click.channel_id,
+            click.message_ts,
+            outcome,
+            decided_blocks(click.blocks, outcome, click.user_id),
+        )
 
     async def _refuse(self, client: AsyncWebClient, click: Click, reason: str) -> None:
-        log.warning("click refused", extra=log_fields(
-            slack_user=click.user_id, reason=reason,
-            approval_id=click.value.approval_id if click.value else None))
+        log.warning(
+            "click refused",
+            extra=log_fields(
+                slack_user=click.user_id,
+                reason=reason,
+                approval_id=click.value.approval_id if click.value else None,
+            ),
+        )
         await tell(client, click.channel_id, click.user_id, f"Not recorded: {reason}")

@@ -71,14 +71,28 @@ class Notification(BaseModel):
     def of(cls, message: ApprovalRequested | OutcomeUnknown) -> Notification:
         """The view of a notify envelope the message builders use."""
         if isinstance(message, ApprovalRequested):
-            return cls(type="approval_requested", run_id=message.run_id, turn=message.turn,
-                       call_id=message.call_id, approval_id=message.approval_id,
-                       tool=message.tool, args_hash=message.args_hash,
-                       arguments=message.arguments, approver_role=message.approver_role,
-                       expires_ms=message.expires_ms, requested_by=message.requested_by)
-        return cls(type="unknown_outcome", run_id=message.run_id, turn=message.turn,
-                   call_id=message.call_id, tool=message.tool, detail=message.detail,
-                   operation_id=message.operation_id)
+            return cls(
+                type="approval_requested",
+                run_id=message.run_id,
+                turn=message.turn,
+                call_id=message.call_id,
+                approval_id=message.approval_id,
+                tool=message.tool,
+                args_hash=message.args_hash,
+                arguments=message.arguments,
+                approver_role=message.approver_role,
+                expires_ms=message.expires_ms,
+                requested_by=message.requested_by,
+            )
+        return cls(
+            type="unknown_outcome",
+            run_id=message.run_id,
+            turn=message.turn,
+            call_id=message.call_id,
+            tool=message.tool,
+            detail=message.detail,
+            operation_id=message.operation_id,
+        )
 
     @model_validator(mode="after")
     def _approval_ids(self) -> Notification:
@@ -192,7 +206,10 @@ def _plain(text: str) -> dict[str, Any]:
 
 
 def _button(
-    action_id: str, label: str, style: str | None, value: str,
+    action_id: str,
+    label: str,
+    style: str | None,
+    value: str,
     confirm: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A button; ``confirm`` (title, text: constants of ours) asks "are you sure?" first."""
@@ -206,8 +223,12 @@ def _button(
         button["style"] = style
     if confirm is not None:
         title, text = confirm
-        button["confirm"] = {"title": _plain(title), "text": _plain(text),
-                             "confirm": _plain("Yes, record it"), "deny": _plain("Cancel")}
+        button["confirm"] = {
+            "title": _plain(title),
+            "text": _plain(text),
+            "confirm": _plain("Yes, record it"),
+            "deny": _plain("Cancel"),
+        }
     return button
 
 
@@ -220,8 +241,10 @@ def approval_blocks(note: Notification, requested_by: str | None) -> list[dict[s
     """The request message: what would run, for whom, who may decide, until when; two buttons."""
     assert note.approval_id and note.call_id and note.args_hash
     value = ButtonValue(
-        run_id=note.run_id, approval_id=note.approval_id,
-        call_id=note.call_id, args_hash=note.args_hash,
+        run_id=note.run_id,
+        approval_id=note.approval_id,
+        call_id=note.call_id,
+        args_hash=note.args_hash,
     ).to_value()
     expires = _slack_date(note.expires_ms) if note.expires_ms else "never"
     fields = [
@@ -235,8 +258,9 @@ def approval_blocks(note: Notification, requested_by: str | None) -> list[dict[s
         {"type": "section", "fields": [_mrkdwn(f) for f in fields]},
         _section("*Arguments* (secrets redacted, long values cut):"),
         _plain_section(_arguments_text(note.arguments)),
-        _context(f"arguments hash {_code(note.args_hash, '-')} · "
-                 f"approval {_code(note.approval_id, '-')}"),
+        _context(
+            f"arguments hash {_code(note.args_hash, '-')} · approval {_code(note.approval_id, '-')}"
+        ),
         {
             "type": "actions",
             "block_id": ACTIONS_BLOCK,
@@ -253,8 +277,11 @@ def outcome_text(decision: Literal["approve", "deny"], user: str, reason: str | 
     who = _inline(user, "unknown")
     if decision == "approve":
         return f"approved by {who}"
-    return f"denied by {who}: {_inline(reason, '', MAX_DETAIL_CHARS)}" if reason else (
-        f"denied by {who}")
+    return (
+        f"denied by {who}: {_inline(reason, '', MAX_DETAIL_CHARS)}"
+        if reason
+        else (f"denied by {who}")
+    )
 
 
 def _without_buttons(original: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -277,8 +304,10 @@ def decided_blocks(
 
 
 def unknown_outcome_text(note: Notification) -> str:
-    return (f"write outcome unknown; run paused ({_inline(note.tool, 'tool call')}, "
-            f"run {_inline(note.run_id, '-')})")
+    return (
+        f"write outcome unknown; run paused ({_inline(note.tool, 'tool call')}, "
+        f"run {_inline(note.run_id, '-')})"
+    )
 
 
 APPLIED_CONFIRM = (
@@ -305,19 +334,27 @@ def unknown_outcome_blocks(note: Notification) -> list[dict[str, Any]]:
     ]
     blocks = [_section("\n".join(lines))]
     if note.detail:
-        blocks += [_section("*Detail:*"),
-                   _plain_section(_escaped_prefix(note.detail, MAX_DETAIL_CHARS))]
+        blocks += [
+            _section("*Detail:*"),
+            _plain_section(_escaped_prefix(note.detail, MAX_DETAIL_CHARS)),
+        ]
     if not (note.call_id and note.operation_id):
         return blocks
     value = ResolveValue(run_id=note.run_id, call_id=note.call_id, op=note.operation_id)
     applied, not_applied, recheck = RESOLVE_ACTIONS
     blocks += [
         _context("Check the target system, then say what happened; recheck asks it again."),
-        {"type": "actions", "block_id": RESOLVE_BLOCK, "elements": [
-            _button(applied, "Applied", "primary", value.to_value(), APPLIED_CONFIRM),
-            _button(not_applied, "Not applied", "danger", value.to_value(), NOT_APPLIED_CONFIRM),
-            _button(recheck, "Recheck", None, value.to_value()),
-        ]},
+        {
+            "type": "actions",
+            "block_id": RESOLVE_BLOCK,
+            "elements": [
+                _button(applied, "Applied", "primary", value.to_value(), APPLIED_CONFIRM),
+                _button(
+                    not_applied, "Not applied", "danger", value.to_value(), NOT_APPLIED_CONFIRM
+                ),
+                _button(recheck, "Recheck", None, value.to_value()),
+            ],
+        },
     ]
     return blocks
 
@@ -325,8 +362,11 @@ def unknown_outcome_blocks(note: Notification) -> list[dict[str, Any]]:
 RESOLVED_SAID: dict[ResolveOutcome, tuple[str, str]] = {
     "applied": ("applied, confirmed by", "callgate told the model it succeeded (empty result)."),
     "not_applied": ("not applied, confirmed by", "callgate told the model it did not happen."),
-    "recheck": ("recheck asked by", "callgate asks the target system again; if it still "
-                "cannot tell, resolve it here once more."),
+    "recheck": (
+        "recheck asked by",
+        "callgate asks the target system again; if it still "
+        "cannot tell, resolve it here once more.",
+    ),
 }
 
 
@@ -336,8 +376,7 @@ def resolved_text(outcome: ResolveOutcome, person: str) -> str:
 
 
 def resolved_blocks(
-    original: list[dict[str, Any]] | None, outcome: ResolveOutcome, person: str,
-    slack_user_id: str,
+    original: list[dict[str, Any]] | None, outcome: ResolveOutcome, person: str, slack_user_id: str
 ) -> list[dict[str, Any]]:
     """The unknown-outcome message once callgate applied a click's resolution.  Applied / not
     applied: no buttons.  Recheck: the buttons stay, above them who asked, because the target

@@ -46,6 +46,11 @@ def notification_worker(
 
     streams = Keys(settings.key_prefix, settings.partitions).streams("notify")
     return StreamWorker(
-        redis, settings, group=group, streams=streams, handler=handle, consumer=consumer,
+        redis,
+        settings,
+        group=group,
+        streams=streams,
+        handler=handle,
+        consumer=consumer,
         accepts=dict.fromkeys(streams, CARRIED_ON["notify"]),
     )

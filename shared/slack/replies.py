@@ -60,7 +60,10 @@ async def tell(client: AsyncWebClient, channel_id: str | None, user_id: str, tex
 
 
 async def update(
-    client: AsyncWebClient, channel_id: str | None, message_ts: str | None, text: str,
+    client: AsyncWebClient,
+    channel_id: str | None,
+    message_ts: str | None,
+    text: str,
     blocks: list[dict[str, Any]],
 ) -> None:
     """Replace the clicked message (``text`` and ``blocks`` already escaped)."""

@@ -73,8 +73,7 @@ def parse_resolve_click(body: Mapping[str, Any], action: Mapping[str, Any]) -> R
 
 
 def authorize_resolve(
-    click: ResolveClick, person: Approver | None, call: CallRecord | None, *,
-    team_id: str | None,
+    click: ResolveClick, person: Approver | None, call: CallRecord | None, *, team_id: str | None
 ) -> str | None:
     """Why the click is refused, or None when it may be posted.  Pure; the resolver role is
     the validator's to check (it knows the tool's rule for this call)."""
@@ -99,8 +98,14 @@ class ResolveHandler:
     """Maps a verified click to a resolution and shows the validator's verdict; one per bot."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, people: Mapping[str, Approver], signer: Signer,
-        *, team_id: str | None = None, verdict_timeout_s: float = 30.0,
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        people: Mapping[str, Approver],
+        signer: Signer,
+        *,
+        team_id: str | None = None,
+        verdict_timeout_s: float = 30.0,
     ) -> None:
         self._redis = redis
         self._keys = keys
@@ -110,8 +115,9 @@ class ResolveHandler:
         self._verdict_timeout_s = verdict_timeout_s
         self._watching: set[asyncio.Task[None]] = set()
 
-    async def handle(self, body: Mapping[str, Any], action: Mapping[str, Any],
-                     client: AsyncWebClient) -> SignedDecision | None:
+    async def handle(
+        self, body: Mapping[str, Any], action: Mapping[str, Any], client: AsyncWebClient
+    ) -> SignedDecision | None:
         """Post the resolution (None when refused) and start watching for its verdict."""
         click = parse_resolve_click(body, action)
         person = self._people.get(click.origin.user_id)
@@ -128,11 +134,20 @@ class ResolveHandler:
             log.exception("cannot post the resolution")
             await self._refuse(client, click, UNAVAILABLE)
             return None
-        log.info("resolution posted", extra=log_fields(
-            run_id=call.run_id, call_id=call.call_id, outcome=click.outcome,
-            person=person.user, slack_user=click.origin.user_id))
-        task = asyncio.create_task(self._show_verdict(client, click, person.user, decision, after),
-                                   name=f"slack-verdict-{decision.msg_id}")
+        log.info(
+            "resolution posted",
+            extra=log_fields(
+                run_id=call.run_id,
+                call_id=call.call_id,
+                outcome=click.outcome,
+                person=person.user,
+                slack_user=click.origin.user_id,
+            ),
+        )
+        task = asyncio.create_task(
+            self._show_verdict(client, click, person.user, decision, after),
+            name=f"slack-verdict-{decision.msg_id}",
+        )
         self._watching.add(task)
         task.add_done_callback(self._watching.discard)
         return decision
@@ -144,8 +159,9 @@ class ResolveHandler:
         call: CallRecord | None = None
         try:
             if click.value is not None and person is not None:
-                call = await load_call(self._redis, self._keys, click.value.run_id,
-                                       click.value.call_id)
+                call = await load_call(
+                    self._redis, self._keys, click.value.run_id, click.value.call_id
+                )
         except MalformedRecordError:
             log.exception("call record does not parse")
             return None, "the call record is malformed; use `callgate resolve`"
@@ -161,44 +177,69 @@ class ResolveHandler:
         # the operation id the person was shown.  No result (a button carries none: the model
         # is told an empty one) and no reason: the model must not see Slack user ids.
         jti = new_id()
-        claims = resolve_claims(run=call.run_id, call=call.call_id, op=op, outcome=outcome,
-                                result=None, reason=None, jti=jti)
+        claims = resolve_claims(
+            run=call.run_id,
+            call=call.call_id,
+            op=op,
+            outcome=outcome,
+            result=None,
+            reason=None,
+            jti=jti,
+        )
         token = sign_decision(self._signer, person=person, claims=claims)
         decision = SignedDecision(msg_id=jti, run_id=call.run_id, turn=call.turn, token=token)
         await post(self._redis, self._keys.run_stream("decisions", call.run_id), decision)
         return decision
 
     async def _show_verdict(
-        self, client: AsyncWebClient, click: ResolveClick, person: str,
-        decision: SignedDecision, after: str,
+        self,
+        client: AsyncWebClient,
+        click: ResolveClick,
+        person: str,
+        decision: SignedDecision,
+        after: str,
     ) -> None:
         """Wait for the validator's verdict on ``decision`` and show it."""
         origin = click.origin
         try:
-            verdict = await wait_outcome(self._redis, self._keys, decision, after,
-                                         self._verdict_timeout_s)
+            verdict = await wait_outcome(
+                self._redis, self._keys, decision, after, self._verdict_timeout_s
+            )
         except STORE_ERRORS:
             log.exception("cannot read the verdict")
             verdict = None
         if verdict is None:
-            await tell(client, origin.channel_id, origin.user_id,
-                       f"Sent, but callgate gave no verdict within {self._verdict_timeout_s:g} s; "
-                       "see `callgate inbox`.")
+            await tell(
+                client,
+                origin.channel_id,
+                origin.user_id,
+                f"Sent, but callgate gave no verdict within {self._verdict_timeout_s:g} s; "
+                "see `callgate inbox`.",
+            )
         elif not verdict.applied:
             # The validator's reason names people and roles: shown, never parsed as mrkdwn.
             reason = escape(verdict.reason or "no reason given")
             await self._refuse(client, click, f"callgate refused it: {reason}")
         else:
             assert click.outcome is not None
-            await update(client, origin.channel_id, origin.message_ts,
-                         resolved_text(click.outcome, person),
-                         resolved_blocks(origin.blocks, click.outcome, person, origin.user_id))
+            await update(
+                client,
+                origin.channel_id,
+                origin.message_ts,
+                resolved_text(click.outcome, person),
+                resolved_blocks(origin.blocks, click.outcome, person, origin.user_id),
+            )
 
     async def _refuse(self, client: AsyncWebClient, click: ResolveClick, reason: str) -> None:
         origin = click.origin
-        log.warning("resolve click refused", extra=log_fields(
-            slack_user=origin.user_id, reason=reason,
-            call_id=click.value.call_id if click.value else None))
+        log.warning(
+            "resolve click refused",
+            extra=log_fields(
+                slack_user=origin.user_id,
+                reason=reason,
+                call_id=click.value.call_id if click.value else None,
+            ),
+        )
         await tell(client, origin.channel_id, origin.user_id, f"Not recorded: {reason}")
 
     async def stop(self) -> None:

@@ -51,7 +51,9 @@ class SlackSettings(BaseSettings):
     )
     api_timeout_s: int = Field(default=10, ge=1, description="Per Slack Web API request.")
     verdict_timeout_s: float = Field(
-        default=30.0, gt=0, le=600,
+        default=30.0,
+        gt=0,
+        le=600,
         description="How long the bot watches a run's events for callgate's verdict on a "
         "resolution clicked in Slack, to show it.",
     )

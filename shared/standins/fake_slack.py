@@ -63,8 +63,7 @@ class FakeSlack:
         args = await _arguments(request)
         bearer = request.headers.get("Authorization", "")
         token_ok = self.token is None or bearer == f"Bearer {self.token}"
-        self.calls.append({"method": method, "args": args, "token_ok": token_ok,
-                           "at": time.time()})
+        self.calls.append({"method": method, "args": args, "token_ok": token_ok, "at": time.time()})
         if not token_ok:
             return _json({"ok": False, "error": "invalid_auth"})
         queued = self.failures.get(method)
@@ -76,19 +75,34 @@ class FakeSlack:
         channel = args.get("channel", "C0FAKE")
         match method:
             case "auth.test":
-                return {"ok": True, "url": "https://fake.slack.test/", "team": "Fake",
-                        "user": "callgate", "team_id": "T0FAKE", "user_id": "U0BOT",
-                        "bot_id": "B0BOT", "is_enterprise_install": False}
+                return {
+                    "ok": True,
+                    "url": "https://fake.slack.test/",
+                    "team": "Fake",
+                    "user": "callgate",
+                    "team_id": "T0FAKE",
+                    "user_id": "U0BOT",
+                    "bot_id": "B0BOT",
+                    "is_enterprise_install": False,
+                }
             case "chat.postMessage":
                 ts = f"{int(time.time())}.{next(self._ts):06d}"
-                message = {"type": "message", "ts": ts, "text": args.get("text", ""),
-                           "blocks": args.get("blocks", []), "bot_id": "B0BOT"}
+                message = {
+                    "type": "message",
+                    "ts": ts,
+                    "text": args.get("text", ""),
+                    "blocks": args.get("blocks", []),
+                    "bot_id": "B0BOT",
+                }
                 return {"ok": True, "channel": channel, "ts": ts, "message": message}
             case "chat.update":
-                return {"ok": True, "channel": channel, "ts": args.get("ts"),
-                        "text": args.get("text", ""),
-                        "message": {"text": args.get("text", ""),
-                                    "blocks": args.get("blocks", [])}}
+                return {
+                    "ok": True,
+                    "channel": channel,
+                    "ts": args.get("ts"),
+                    "text": args.get("text", ""),
+                    "message": {"text": args.get("text", ""), "blocks": args.get("blocks", [])},
+                }
             case "chat.postEphemeral":
                 return {"ok": True, "message_ts": f"{int(time.time())}.{next(self._ts):06d}"}
             case _:
@@ -104,7 +118,8 @@ class FakeSlack:
     async def _fail(self, request: web.Request) -> web.Response:
         spec = await request.json()
         self.failures.setdefault(spec["method"], []).extend(
-            [spec.get("error", "internal_error")] * int(spec.get("times", 1)))
+            [spec.get("error", "internal_error")] * int(spec.get("times", 1))
+        )
         return _json({"ok": True})
 
 

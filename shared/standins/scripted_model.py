@@ -132,9 +132,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--scenarios", type=Path, action="append", default=[],
-                        help="a folder of scenarios (repeatable); each is searched before the "
-                        "next, the built-in ones last")
+    parser.add_argument(
+        "--scenarios",
+        type=Path,
+        action="append",
+        default=[],
+        help="a folder of scenarios (repeatable); each is searched before the "
+        "next, the built-in ones last",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(message)s")

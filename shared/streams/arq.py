@@ -76,9 +76,15 @@ def logging_refusals(function: Function) -> Function:
             return await inner(ctx, *args, **kwargs)
         except REFUSALS as exc:
             reason = exc.reason if isinstance(exc, AuthError) else str(exc)
-            log.warning("job refused", extra=log_fields(
-                job=function.name, job_id=ctx.get("job_id"), error=type(exc).__name__,
-                reason=reason))
+            log.warning(
+                "job refused",
+                extra=log_fields(
+                    job=function.name,
+                    job_id=ctx.get("job_id"),
+                    error=type(exc).__name__,
+                    reason=reason,
+                ),
+            )
             raise
 
     return dataclasses.replace(function, coroutine=job)
@@ -141,11 +147,16 @@ async def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop, sig, workers, stopped)
-    serving = asyncio.gather(*(
-        _keep_serving(functools.partial(create_worker, settings, queue, service, burst=burst),
-                      workers, stopped)
-        for queue in queues
-    ))
+    serving = asyncio.gather(
+        *(
+            _keep_serving(
+                functools.partial(create_worker, settings, queue, service, burst=burst),
+                workers,
+                stopped,
+            )
+            for queue in queues
+        )
+    )
     if burst:
         await serving
         return
@@ -180,8 +191,10 @@ async def _keep_serving(
                 await worker.async_run()
             return
         except REDIS_ERRORS as exc:
-            log.warning("redis unavailable; restarting the arq worker in place",
-                        extra=log_fields(error=repr(exc), attempt=attempt))
+            log.warning(
+                "redis unavailable; restarting the arq worker in place",
+                extra=log_fields(error=repr(exc), attempt=attempt),
+            )
         finally:
             workers.remove(worker)
             with contextlib.suppress(*REDIS_ERRORS):

@@ -98,15 +98,23 @@ class Follower:
         new: list[tuple[bytes, float]] = []
         for page in range(PAGES_MAX):
             rows = await self.redis.zrangebyscore(
-                k.runs_index(partition), max(0, since - LOOKBACK_MS), "+inf",
-                start=page * batch, num=batch, withscores=True)
+                k.runs_index(partition),
+                max(0, since - LOOKBACK_MS),
+                "+inf",
+                start=page * batch,
+                num=batch,
+                withscores=True,
+            )
             new += rows
             if len(rows) < batch:
                 break
         pipe = self.redis.pipeline(transaction=False)
         if new:
-            pipe.zadd(k.webhooks(partition, "watch"),
-                      {_text(run_id): score for run_id, score in new}, nx=True)
+            pipe.zadd(
+                k.webhooks(partition, "watch"),
+                {_text(run_id): score for run_id, score in new},
+                nx=True,
+            )
             pipe.set(k.webhooks(partition, "since"), max(since, int(new[-1][1])))
         for index in (k.pending_approvals(partition), k.unresolved_calls(partition)):
             members = await self.redis.zrange(index, 0, INBOX_MAX - 1)
@@ -117,8 +125,9 @@ class Follower:
 
     async def watched(self, partition: int, offset: int, count: int) -> list[tuple[str, int]]:
         """A window of the watched runs: ``(run id, created_ms)`` (0: came from an inbox)."""
-        rows = await self.redis.zrange(self.keys.webhooks(partition, "watch"), offset,
-                                       offset + count - 1, withscores=True)
+        rows = await self.redis.zrange(
+            self.keys.webhooks(partition, "watch"), offset, offset + count - 1, withscores=True
+        )
         return [(_text(run_id), int(score)) for run_id, score in rows]
 
     async def cursors(self, run_ids: Sequence[str]) -> dict[str, Cursor]:
@@ -137,8 +146,11 @@ class Follower:
         streams: dict[Any, Any] = {self.keys.events(r): c.entry_id for r, c in cursors.items()}
         reply = await self.redis.xread(streams, count=per_run)
         by_stream = {_text(name): entries for name, entries in reply or []}
-        return {run_id: [Event.from_entry(i, f) for i, f in by_stream[self.keys.events(run_id)]]
-                for run_id in cursors if self.keys.events(run_id) in by_stream}
+        return {
+            run_id: [Event.from_entry(i, f) for i, f in by_stream[self.keys.events(run_id)]]
+            for run_id in cursors
+            if self.keys.events(run_id) in by_stream
+        }
 
     async def call_tools(self, calls: Sequence[tuple[str, str]]) -> dict[str, str]:
         """The tool of each ``(run id, call id)`` whose ``call.created`` an earlier pass read."""
@@ -146,8 +158,11 @@ class Follower:
         for run_id, call_id in calls:
             pipe.hget(self.keys.call(run_id, call_id), "tool")
         tools = await pipe.execute() if calls else []
-        return {call_id: _text(tool) for (_, call_id), tool in zip(calls, tools, strict=True)
-                if tool is not None}
+        return {
+            call_id: _text(tool)
+            for (_, call_id), tool in zip(calls, tools, strict=True)
+            if tool is not None
+        }
 
     async def asked(self, approvals: Sequence[tuple[str, str]]) -> dict[str, int]:
         """When each ``(run id, approval id)`` was requested, as an earlier pass recorded it."""

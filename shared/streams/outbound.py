@@ -40,19 +40,28 @@ class Outbound:
         return bool(await self.redis.exists(self.keys.webhook_delivered(delivery_id)))
 
     async def mark_delivered(self, delivery_id: str) -> None:
-        await self.redis.set(self.keys.webhook_delivered(delivery_id), 1,
-                             ex=min(DELIVERED_KEPT_S, self.retention_s))
+        await self.redis.set(
+            self.keys.webhook_delivered(delivery_id), 1, ex=min(DELIVERED_KEPT_S, self.retention_s)
+        )
 
     async def count(self, endpoint: str, outcome: str) -> None:
-        await cast(Awaitable[int], self.redis.hincrby(
-            self.keys.webhook_stats(), f"{endpoint}|{outcome}", 1))
+        await cast(
+            Awaitable[int],
+            self.redis.hincrby(self.keys.webhook_stats(), f"{endpoint}|{outcome}", 1),
+        )
 
     async def dead_letter(
         self, run_id: str, delivery_id: str, reason: str, attempts: int, raw: bytes
     ) -> str:
         """Record a delivery given up on in its run's partition; the entry id."""
         stream = self.keys.dead_letter(self.keys.partition(run_id))
-        fields: dict[Any, Any] = {"stream": STREAM, "group": STREAM, "message_id": delivery_id,
-                  "reason": reason, "delivery_count": attempts, "d": raw}
+        fields: dict[Any, Any] = {
+            "stream": STREAM,
+            "group": STREAM,
+            "message_id": delivery_id,
+            "reason": reason,
+            "delivery_count": attempts,
+            "d": raw,
+        }
         entry = await self.redis.xadd(stream, fields, maxlen=self.dead_cap, approximate=True)
         return entry.decode() if isinstance(entry, bytes) else str(entry)

@@ -26,8 +26,9 @@ async def enqueue_once(
     already.  The queue entry is (re)scored now either way, which undoes someone else's
     re-score of it and is harmless to a job already running."""
     enqueue_ms = now_ms()
-    value = job_serializer({"t": 1, "f": function, "a": [job.model_dump(exclude_none=True)],
-                            "k": {}, "et": enqueue_ms})
+    value = job_serializer(
+        {"t": 1, "f": function, "a": [job.model_dump(exclude_none=True)], "k": {}, "et": enqueue_ms}
+    )
     async with redis.pipeline(transaction=True) as pipe:
         pipe.setnx(job_key_prefix + job_id, value)
         pipe.zadd(queue_name(settings), {job_id: enqueue_ms})

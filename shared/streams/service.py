@@ -117,8 +117,12 @@ async def open_tool_sources(runtime: Runtime) -> None:
 
     def changed() -> None:  # a server's tool list changed: the handlers see the new registry
         runtime.registry = local.with_tools(opened.tools)
-        log.info("mcp tools registered", extra=log_fields(
-            service=runtime.name, tools={tool.name: source for tool, source in opened.tools}))
+        log.info(
+            "mcp tools registered",
+            extra=log_fields(
+                service=runtime.name, tools={tool.name: source for tool, source in opened.tools}
+            ),
+        )
 
     changed()
     opened.on_change = changed
@@ -200,7 +204,8 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     await open_tool_sources(runtime)
     handler = traced(await spec.make_handler(runtime))  # itself unless tracing is on
     accepts = {
-        stream: CARRIED_ON[kind] for kind in spec.stream_kinds
+        stream: CARRIED_ON[kind]
+        for kind in spec.stream_kinds
         for stream in runtime.keys.streams(kind)
     }
     streams = list(accepts)
@@ -224,7 +229,8 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     install_signal_handlers(worker)
     log.info("serving", extra={"fields": {"service": spec.name, "streams": streams}})
     presence = asyncio.create_task(
-        announce(runtime.redis, runtime.keys.consumers(spec.name), runtime.consumer))
+        announce(runtime.redis, runtime.keys.consumers(spec.name), runtime.consumer)
+    )
     try:
         await worker.run()
     finally:
@@ -288,8 +294,10 @@ def run_worker(name: str, work: Coroutine[Any, Any, Any]) -> None:
             raise
         eventloop.run(work)
     except STARTUP_ERRORS as exc:
-        log.error("cannot start: fix the deployment and start again",
-                  extra=log_fields(service=name, reason=str(exc)))
+        log.error(
+            "cannot start: fix the deployment and start again",
+            extra=log_fields(service=name, reason=str(exc)),
+        )
         raise SystemExit(START_FAILED) from None
     finally:
         stop_tracing(tracing)

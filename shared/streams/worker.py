@@ -58,13 +58,7 @@ from callgate.streams.delivery import (
 )
 from callgate.streams.upkeep import Upkeep
 
-__all__ = [
-    "DeadLetter",
-    "Delivery",
-    "Handler",
-    "StreamWorker",
-    "WorkerStats",
-]
+__all__ = ["DeadLetter", "Delivery", "Handler", "StreamWorker", "WorkerStats"]
 
 log = logging.getLogger("callgate.streams")
 
@@ -102,12 +96,22 @@ class StreamWorker:
         self._scripts = Scripts(redis)
         self.stats = WorkerStats()
         self._runner = MessageRunner(
-            settings, self._scripts, group=group, handler=handler,
-            on_dead_letter=on_dead_letter, stats=self.stats, accepts=accepts,
+            settings,
+            self._scripts,
+            group=group,
+            handler=handler,
+            on_dead_letter=on_dead_letter,
+            stats=self.stats,
+            accepts=accepts,
         )
         self._upkeep = Upkeep(
-            redis, settings, self._scripts, group=group, consumer=self.consumer,
-            streams=self._streams, held=self._held,
+            redis,
+            settings,
+            self._scripts,
+            group=group,
+            consumer=self.consumer,
+            streams=self._streams,
+            held=self._held,
         )
         self._free_slots = settings.concurrency
         """Messages this worker may still start: one slot per message being handled."""

@@ -48,7 +48,8 @@ class _State:
 
 _state = _State()
 _current: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
-    "callgate_run_trace", default=None)
+    "callgate_run_trace", default=None
+)
 _enter_run = _current.set  # a context variable, not a Redis key (the architecture test looks)
 
 

@@ -50,25 +50,32 @@ class RunIdGenerator(RandomIdGenerator):
 def _exporter() -> SpanExporter | None:
     name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower()
     if name not in EXPORTERS:
-        raise TracingConfigError(f"OTEL_TRACES_EXPORTER={name!r}: callgate exports "
-                                 f"{', '.join(EXPORTERS)}")
+        raise TracingConfigError(
+            f"OTEL_TRACES_EXPORTER={name!r}: callgate exports {', '.join(EXPORTERS)}"
+        )
     if name == "none":
         return None
     if name == "console":
         return ConsoleSpanExporter()
-    protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
+    protocol = (
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
     if protocol not in PROTOCOLS:
-        raise TracingConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: callgate sends "
-                                 "OTLP as http/protobuf (point it at the collector's HTTP "
-                                 "port, 4318)")
+        raise TracingConfigError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: callgate sends "
+            "OTLP as http/protobuf (point it at the collector's HTTP "
+            "port, 4318)"
+        )
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()
 
 
-def start(service: str, *, enabled: bool, content: bool = False,
-          processor: SpanProcessor | None = None) -> TracerProvider | None:
+def start(
+    service: str, *, enabled: bool, content: bool = False, processor: SpanProcessor | None = None
+) -> TracerProvider | None:
     """Turn tracing on for this process as ``callgate-<service>`` (nothing when not
     ``enabled``).  ``processor``: where spans go instead of the configured exporter (tests,
     the benchmark).  `TracingConfigError` for a setting callgate cannot honour."""
@@ -77,8 +84,9 @@ def start(service: str, *, enabled: bool, content: bool = False,
     own_processor = processor is None
     if processor is None:
         exporter = _exporter()
-        processor = (SimpleSpanProcessor(_Nothing()) if exporter is None
-                     else BatchSpanProcessor(exporter))
+        processor = (
+            SimpleSpanProcessor(_Nothing()) if exporter is None else BatchSpanProcessor(exporter)
+        )
     resource = Resource.create({"service.name": f"callgate-{service}"})
     provider = TracerProvider(resource=resource, id_generator=RunIdGenerator())
     provider.add_span_processor(processor)
@@ -87,8 +95,7 @@ def start(service: str, *, enabled: bool, content: bool = False,
     sampler = provider.sampler
 
     def sampled(trace_id: int) -> bool:
-        decision = sampler.should_sample(None, trace_id, "invoke_agent callgate",
-                                         SpanKind.INTERNAL)
+        decision = sampler.should_sample(None, trace_id, "invoke_agent callgate", SpanKind.INTERNAL)
         return decision.decision is Decision.RECORD_AND_SAMPLE
 
     context.enable(sampled)

@@ -37,8 +37,11 @@ if TYPE_CHECKING:
 AGENT_NAME = "callgate"
 TERMINAL_RUN_STATES = frozenset({"completed", "failed", "refused", "handed_off", "cancelled"})
 FINISH_REASONS: Mapping[str, str] = {
-    "final_answer": "stop", "tool_requests": "tool_call", "refused": "content_filter",
-    "max_tokens": "length", "content_filter": "content_filter",
+    "final_answer": "stop",
+    "tool_requests": "tool_call",
+    "refused": "content_filter",
+    "max_tokens": "length",
+    "content_filter": "content_filter",
 }
 """Neutral outcome → the convention's finish reason; anything else is ``error``."""
 
@@ -90,7 +93,8 @@ def _note(attributes: Mapping[str, Any]) -> None:
     """Add attributes to the span under way (nothing when off or not recording)."""
     if _on.tracer is not None:
         trace.get_current_span().set_attributes(
-            {k: v for k, v in attributes.items() if v is not None})
+            {k: v for k, v in attributes.items() if v is not None}
+        )
 
 
 def content(data: Any, sensitive: Collection[str] = frozenset()) -> str | None:
@@ -103,12 +107,20 @@ def content(data: Any, sensitive: Collection[str] = frozenset()) -> str | None:
 
 # -- a model request ------------------------------------------------------------------------
 
+
 def chat(model: str, turn: int, max_tokens: int | None) -> Any:
     if _on.tracer is None:
         return _OFF
-    return _span(f"chat {model}", SpanKind.CLIENT, {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-        "gen_ai.request.max_tokens": max_tokens, "callgate.turn": turn})
+    return _span(
+        f"chat {model}",
+        SpanKind.CLIENT,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.request.max_tokens": max_tokens,
+            "callgate.turn": turn,
+        },
+    )
 
 
 def note_response(outcome: TurnOutcome) -> None:
@@ -118,14 +130,20 @@ def note_response(outcome: TurnOutcome) -> None:
     event, record = outcome.event, outcome.record
     reason = getattr(event, "reason", event.kind)
     span = trace.get_current_span()
-    span.set_attributes({k: v for k, v in {
-        "gen_ai.provider.name": record.provider,
-        "gen_ai.response.id": record.response_id,
-        "gen_ai.response.finish_reasons": [FINISH_REASONS.get(reason, "error")],
-        "gen_ai.usage.input_tokens": record.input_tokens,
-        "gen_ai.usage.output_tokens": record.output_tokens,
-        "callgate.outcome": event.kind,
-    }.items() if v is not None})
+    span.set_attributes(
+        {
+            k: v
+            for k, v in {
+                "gen_ai.provider.name": record.provider,
+                "gen_ai.response.id": record.response_id,
+                "gen_ai.response.finish_reasons": [FINISH_REASONS.get(reason, "error")],
+                "gen_ai.usage.input_tokens": record.input_tokens,
+                "gen_ai.usage.output_tokens": record.output_tokens,
+                "callgate.outcome": event.kind,
+            }.items()
+            if v is not None
+        }
+    )
     if event.kind not in ("final_answer", "tool_requests"):
         span.set_attribute("error.type", reason)
         span.set_status(Status(StatusCode.ERROR))
@@ -133,18 +151,29 @@ def note_response(outcome: TurnOutcome) -> None:
 
 # -- a tool call ----------------------------------------------------------------------------
 
+
 def execute_tool(
-    name: str, call_id: str, *, origin: str, effect: str, effect_source: str, attempt: int,
-    arguments: Any = None, sensitive: Collection[str] = frozenset(),
+    name: str,
+    call_id: str,
+    *,
+    origin: str,
+    effect: str,
+    effect_source: str,
+    attempt: int,
+    arguments: Any = None,
+    sensitive: Collection[str] = frozenset(),
 ) -> Any:
     if _on.tracer is None:
         return _OFF
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
         "gen_ai.tool.call.id": call_id,
         "gen_ai.tool.type": "function" if origin == "local" else "extension",
-        "callgate.call.id": call_id, "callgate.effect": effect,
-        "callgate.effect.source": effect_source, "callgate.attempt": attempt,
+        "callgate.call.id": call_id,
+        "callgate.effect": effect,
+        "callgate.effect.source": effect_source,
+        "callgate.attempt": attempt,
     }
     shown = content(arguments, sensitive) if arguments is not None else None
     if shown is not None:
@@ -157,8 +186,9 @@ def note_approval(approval_id: str, decided_ms: int | None, requested_ms: int | 
     _note({"callgate.approval.id": approval_id, "callgate.approval.wait_ms": waited})
 
 
-def note_outcome(state: str, result: CallOutcome | None,
-                 sensitive: Collection[str] = frozenset()) -> None:
+def note_outcome(
+    state: str, result: CallOutcome | None, sensitive: Collection[str] = frozenset()
+) -> None:
     """The call's outcome as recorded (``callgate.outcome``), its error code as ``error.type``,
     and — opted in — its result."""
     if _on.tracer is None:
@@ -167,9 +197,14 @@ def note_outcome(state: str, result: CallOutcome | None,
     shown = None
     if isinstance(result, OkResult):
         shown = content(result.payload, sensitive)
-    _note({"callgate.outcome": str(state), "callgate.result.code": code,
-           "error.type": None if code in (None, "ok") else code,
-           "gen_ai.tool.call.result": shown})
+    _note(
+        {
+            "callgate.outcome": str(state),
+            "callgate.result.code": code,
+            "error.type": None if code in (None, "ok") else code,
+            "gen_ai.tool.call.result": shown,
+        }
+    )
     if state == "failed":
         trace.get_current_span().set_status(Status(StatusCode.ERROR))
 
@@ -177,9 +212,16 @@ def note_outcome(state: str, result: CallOutcome | None,
 def mcp_call(server: str, name: str) -> Any:
     if _on.tracer is None:
         return _OFF
-    return _span(f"tools/call {name}", SpanKind.CLIENT, {
-        "mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": name, "callgate.mcp.server": server})
+    return _span(
+        f"tools/call {name}",
+        SpanKind.CLIENT,
+        {
+            "mcp.method.name": "tools/call",
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "callgate.mcp.server": server,
+        },
+    )
 
 
 def traced_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -193,34 +235,52 @@ def traced_meta(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 
 # -- callgate's own steps -------------------------------------------------------------------
 
-def validated(turn: int, calls: list[tuple[str, str, Mapping[str, Any]]],
-              started_ns: int) -> None:
+
+def validated(turn: int, calls: list[tuple[str, str, Mapping[str, Any]]], started_ns: int) -> None:
     """One span for a turn's validation, with a ``callgate.decision`` event per call: its
     tool, call id and the fields the validator recorded for it."""
     tracer = _on.tracer
     if tracer is None:
         return
-    span = tracer.start_span("callgate.validate", kind=SpanKind.INTERNAL, start_time=started_ns,
-                             attributes={"callgate.turn": turn, "callgate.calls": len(calls)})
+    span = tracer.start_span(
+        "callgate.validate",
+        kind=SpanKind.INTERNAL,
+        start_time=started_ns,
+        attributes={"callgate.turn": turn, "callgate.calls": len(calls)},
+    )
     for tool, call_id, fields in calls:
         result = fields.get("result")
-        span.add_event("callgate.decision", {k: v for k, v in {
-            "gen_ai.tool.name": tool, "callgate.call.id": call_id,
-            "callgate.validation.decision": fields.get("decision"),
-            "callgate.effect": fields.get("effect"),
-            "callgate.effect.source": fields.get("effect_source"),
-            "callgate.approval.id": fields.get("approval_id"),
-            "callgate.result.code": None if result is None else result_code(result),
-        }.items() if v is not None})
+        span.add_event(
+            "callgate.decision",
+            {
+                k: v
+                for k, v in {
+                    "gen_ai.tool.name": tool,
+                    "callgate.call.id": call_id,
+                    "callgate.validation.decision": fields.get("decision"),
+                    "callgate.effect": fields.get("effect"),
+                    "callgate.effect.source": fields.get("effect_source"),
+                    "callgate.approval.id": fields.get("approval_id"),
+                    "callgate.result.code": None if result is None else result_code(result),
+                }.items()
+                if v is not None
+            },
+        )
     span.end()
 
 
 def reconcile(name: str, call_id: str, attempt: int) -> Any:
     if _on.tracer is None:
         return _OFF
-    return _span(f"callgate.reconcile {name}", SpanKind.INTERNAL, {
-        "gen_ai.tool.name": name, "callgate.call.id": call_id,
-        "callgate.reconcile.attempt": attempt})
+    return _span(
+        f"callgate.reconcile {name}",
+        SpanKind.INTERNAL,
+        {
+            "gen_ai.tool.name": name,
+            "callgate.call.id": call_id,
+            "callgate.reconcile.attempt": attempt,
+        },
+    )
 
 
 def note_reconciliation(answer: str) -> None:
@@ -239,12 +299,20 @@ def run_ended(run: RunRecord, status: str) -> None:
     token = _force_ids((ctx.trace_id, ctx.span_id))
     try:
         span = tracer.start_span(
-            f"invoke_agent {AGENT_NAME}", context=otel_context.Context(),
-            kind=SpanKind.INTERNAL, start_time=run.created_ms * 1_000_000 or None,
-            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME,
-                        "gen_ai.conversation.id": run.run_id, "gen_ai.request.model": run.model,
-                        "callgate.run.id": run.run_id, "callgate.run.status": status,
-                        "callgate.run.turns": run.turn})
+            f"invoke_agent {AGENT_NAME}",
+            context=otel_context.Context(),
+            kind=SpanKind.INTERNAL,
+            start_time=run.created_ms * 1_000_000 or None,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "gen_ai.conversation.id": run.run_id,
+                "gen_ai.request.model": run.model,
+                "callgate.run.id": run.run_id,
+                "callgate.run.status": status,
+                "callgate.run.turns": run.turn,
+            },
+        )
     finally:
         FORCED_IDS.reset(token)
     if status != "completed":

@@ -41,8 +41,10 @@ _VALIDATOR_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 def _validator_name(name: str) -> str:
     if not _VALIDATOR_NAME.match(name):
-        raise ValueError(f"names a validator the deployment registered, never code to "
-                         f"import: {name!r} is not such a name")
+        raise ValueError(
+            f"names a validator the deployment registered, never code to "
+            f"import: {name!r} is not such a name"
+        )
     return name
 
 

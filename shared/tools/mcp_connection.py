@@ -66,14 +66,16 @@ class McpConnection:
         """Open the session (raises what the SDK raised when the server cannot be reached)."""
         self._closing = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._holder = asyncio.create_task(self._hold(ready, self._closing),
-                                           name=f"mcp-{self.server.name}")
+        self._holder = asyncio.create_task(
+            self._hold(ready, self._closing), name=f"mcp-{self.server.name}"
+        )
         await asyncio.wait_for(asyncio.shield(ready), CONNECT_TIMEOUT_S)
 
     async def _hold(self, ready: asyncio.Future[None], closing: asyncio.Event) -> None:
         try:
-            async with Client(self._target(), mode=CONNECT_MODE,
-                              message_handler=self._on_message) as client:
+            async with Client(
+                self._target(), mode=CONNECT_MODE, message_handler=self._on_message
+            ) as client:
                 self._client = client
                 listener = asyncio.create_task(self._listen(client))
                 ready.set_result(None)
@@ -90,8 +92,10 @@ class McpConnection:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
             else:
-                log.info("mcp session ended", extra=log_fields(
-                    server=self.server.name, reason=type(exc).__name__))
+                log.info(
+                    "mcp session ended",
+                    extra=log_fields(server=self.server.name, reason=type(exc).__name__),
+                )
         finally:
             self._client = None
 
@@ -108,8 +112,12 @@ class McpConnection:
         except ListenNotSupportedError:
             return  # an older server: its notifications come through `_on_message`
         except Exception as exc:
-            log.info("mcp tool list not followed", extra=log_fields(
-                server=self.server.name, reason=type(exc).__name__, was_listening=listening))
+            log.info(
+                "mcp tool list not followed",
+                extra=log_fields(
+                    server=self.server.name, reason=type(exc).__name__, was_listening=listening
+                ),
+            )
         if listening and self._client is client:  # the stream ended, the session did not
             self._mark_broken(client)
             self.keep_trying()
@@ -123,7 +131,8 @@ class McpConnection:
         """Re-open the session in the background until the server answers, then re-read its
         tools (nothing to do while an attempt is under way or after `shutdown`)."""
         if self.on_tools_changed is not None and not any(
-                task.get_name().endswith("-reopen") for task in self._tasks):
+            task.get_name().endswith("-reopen") for task in self._tasks
+        ):
             self._spawn(self._reopen(), "reopen")
 
     async def _reopen(self) -> None:
@@ -181,8 +190,10 @@ class McpConnection:
                     await self.open()
                 except Exception as exc:
                     await self.close()
-                    raise ToolError(f"MCP server {self.server.name!r} is unavailable "
-                                    f"({type(exc).__name__})", code="unavailable") from exc
+                    raise ToolError(
+                        f"MCP server {self.server.name!r} is unavailable ({type(exc).__name__})",
+                        code="unavailable",
+                    ) from exc
             assert self._client is not None
             return self._client
 
@@ -221,8 +232,10 @@ class McpConnection:
             if not retry:
                 self._mark_broken(client)
                 raise
-            log.info("mcp call failed; reconnecting once", extra=log_fields(
-                server=self.server.name, tool=name, reason=type(exc).__name__))
+            log.info(
+                "mcp call failed; reconnecting once",
+                extra=log_fields(server=self.server.name, tool=name, reason=type(exc).__name__),
+            )
         client = await self._session(fresh=True)
         return await client.call_tool(name, arguments, meta=meta)  # type: ignore[arg-type]
 

@@ -21,13 +21,33 @@ __all__ = ["SchemaError", "args_model_from_schema"]
 
 _SCALARS: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool}
 _LIMITS = {
-    "minLength": "min_length", "maxLength": "max_length", "pattern": "pattern",
-    "minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt",
-    "minItems": "min_length", "maxItems": "max_length",
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "pattern": "pattern",
+    "minimum": "ge",
+    "maximum": "le",
+    "exclusiveMinimum": "gt",
+    "exclusiveMaximum": "lt",
+    "minItems": "min_length",
+    "maxItems": "max_length",
 }
-_IGNORED = frozenset({"title", "description", "default", "examples", "format", "type", "enum",
-                      "items", "anyOf", "additionalProperties", "properties", "required",
-                      "$schema"})
+_IGNORED = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "format",
+        "type",
+        "enum",
+        "items",
+        "anyOf",
+        "additionalProperties",
+        "properties",
+        "required",
+        "$schema",
+    }
+)
 
 
 class SchemaError(ValueError):
@@ -54,8 +74,9 @@ def args_model_from_schema(tool_name: str, schema: dict[str, Any]) -> type[BaseM
         else:
             fields[name] = (annotation | None, Field(copy.deepcopy(sub.get("default")), **limits))
     try:
-        model = create_model(f"Mcp_{tool_name}_Args", __config__=ConfigDict(extra="forbid"),
-                             **fields)
+        model = create_model(
+            f"Mcp_{tool_name}_Args", __config__=ConfigDict(extra="forbid"), **fields
+        )
     except (TypeError, ValueError) as exc:  # e.g. a limit that does not fit its type
         raise SchemaError(f"{tool_name}: {exc}") from exc
     shown = _shown(schema)

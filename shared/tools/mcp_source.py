@@ -71,12 +71,15 @@ class McpTools:
         try:
             listed = await connection.list_tools()
         except Exception as exc:  # a down server must not stop the worker
-            log.warning("mcp server unreachable; its tools are not (re)read", extra=log_fields(
-                server=server.name, reason=repr(exc)[:200]))
+            log.warning(
+                "mcp server unreachable; its tools are not (re)read",
+                extra=log_fields(server=server.name, reason=repr(exc)[:200]),
+            )
             return False
         before = {tool.name: tool.version for tool, _ in self.by_server.get(server.name, [])}
         self.by_server[server.name] = _build_all(
-            server, connection, listed, server.timeout_s or self.default_timeout_s, self.hooks)
+            server, connection, listed, server.timeout_s or self.default_timeout_s, self.hooks
+        )
         after = {tool.name: tool.version for tool, _ in self.by_server[server.name]}
         if before and before != after:  # the first listing is logged by the worker's start
             log.info("mcp tools changed", extra=log_fields(server=server.name, tools=after))
@@ -117,19 +120,26 @@ def _build_all(
     hooks: dict[str, Callable[..., Any]],
 ) -> list[Built]:
     names = {remote.name for remote in listed}
-    lookups = {policy.lookup for policy in server.tools.values()
-               if policy.lookup and not is_function_ref(policy.lookup)}
+    lookups = {
+        policy.lookup
+        for policy in server.tools.values()
+        if policy.lookup and not is_function_ref(policy.lookup)
+    }
     missing = sorted((lookups | set(server.tools)) - names)
     if missing:  # still fail-closed: a lookup that cannot answer leaves the outcome unknown
-        log.warning("mcp policies name tools the server does not list", extra=log_fields(
-            server=server.name, tools=missing))
+        log.warning(
+            "mcp policies name tools the server does not list",
+            extra=log_fields(server=server.name, tools=missing),
+        )
     built = []
     for remote in listed:
         try:
             built.append(build_tool(server, connection, remote, timeout_s, hooks))
         except (SchemaError, ValueError) as exc:
-            log.warning("mcp tool not registered", extra=log_fields(
-                server=server.name, tool=remote.name, reason=str(exc)[:300]))
+            log.warning(
+                "mcp tool not registered",
+                extra=log_fields(server=server.name, tool=remote.name, reason=str(exc)[:300]),
+            )
     return built
 
 
@@ -143,8 +153,11 @@ def build_tool(
     """The `Tool` for ``remote`` and its registry source (server, effect and why); ``hooks``
     are the functions ``server``'s policies name, imported here when not given."""
     hooks = resolve_hooks(server) if hooks is None else hooks
-    annotations = (remote.annotations.model_dump(by_alias=True, exclude_none=True)
-                   if remote.annotations is not None else None)
+    annotations = (
+        remote.annotations.model_dump(by_alias=True, exclude_none=True)
+        if remote.annotations is not None
+        else None
+    )
     policy = server.tools.get(remote.name, McpToolPolicy())
     choice = choose_effect(annotations, server.trusted, policy.effect)
     name = f"{server.tool_prefix}{remote.name}"
@@ -168,7 +181,9 @@ def build_tool(
 
 
 def _reconcile(
-    connection: McpConnection, effect: Effect, lookup: str | None,
+    connection: McpConnection,
+    effect: Effect,
+    lookup: str | None,
     hooks: dict[str, Callable[..., Any]],
 ) -> tuple[Callable[..., Awaitable[Reconciliation]] | None, str]:
     """A write's reconcile hook and how it reconciles; an idempotent write with no lookup is
@@ -186,8 +201,9 @@ def _reconcile(
 
 def _version(remote: mcp_types.Tool, policy: McpToolPolicy) -> str:
     """Changes when anything the model, the effect or the local policy depends on changes."""
-    shown = remote.model_dump(mode="json", include={"name", "description", "input_schema",
-                                                    "annotations"})
+    shown = remote.model_dump(
+        mode="json", include={"name", "description", "input_schema", "annotations"}
+    )
     shown["policy"] = policy.model_dump(mode="json")
     return hashlib.sha256(orjson.dumps(shown, option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
 
@@ -236,11 +252,14 @@ class _Lookup:
     ) -> Reconciliation:
         try:
             result = await self.connection.call(
-                self.lookup, {"operation_id": operation_id}, None, retry=True)
+                self.lookup, {"operation_id": operation_id}, None, retry=True
+            )
             answer = to_result(result)
         except Exception as exc:  # the question is open, not answered
-            log.info("mcp lookup inconclusive", extra=log_fields(
-                lookup=self.lookup, reason=type(exc).__name__))
+            log.info(
+                "mcp lookup inconclusive",
+                extra=log_fields(lookup=self.lookup, reason=type(exc).__name__),
+            )
             return Reconciliation("unknown")
         applied = answer.get("applied")
         if applied is True:

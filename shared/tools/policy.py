@@ -170,8 +170,7 @@ def _check_raw(raw: str, limits: Limits) -> ErrorDetail | None:
         return _error(Rejection.INVALID_JSON, f"arguments are not valid JSON: {exc}")
     if not isinstance(parsed, dict):
         return _error(
-            Rejection.INVALID_JSON,
-            f"arguments must be a JSON object, not {type(parsed).__name__}",
+            Rejection.INVALID_JSON, f"arguments must be a JSON object, not {type(parsed).__name__}"
         )
     duplicate = duplicate_key(raw, parsed)
     if duplicate is not None:

@@ -61,8 +61,9 @@ class ToolRegistry:
 
     def add_validator(self, name: str, validator: AcceptanceValidator, *, source: str) -> None:
         if not callable(validator) or name in self.validators:
-            raise RegistryError(f"{source}: acceptance validator {name!r} is not callable or "
-                                "is registered twice")
+            raise RegistryError(
+                f"{source}: acceptance validator {name!r} is not callable or is registered twice"
+            )
         self.validators[name] = validator
 
     def get(self, name: str) -> Tool[Any] | None:

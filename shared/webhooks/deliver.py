@@ -57,8 +57,10 @@ class Courier:
         delivery_id = str(job.get("delivery_id"))
         event = job.get("event")
         if endpoint is None or not isinstance(event, dict):
-            log.warning("webhook job for no registered endpoint dropped",
-                        extra=log_fields(endpoint=job.get("endpoint"), delivery_id=delivery_id))
+            log.warning(
+                "webhook job for no registered endpoint dropped",
+                extra=log_fields(endpoint=job.get("endpoint"), delivery_id=delivery_id),
+            )
             return "dropped"
         if await self.outbound.delivered(delivery_id):
             return "delivered before"
@@ -69,19 +71,32 @@ class Courier:
             await self.outbound.count(endpoint.name, "delivered")
             return "delivered"
         await self.outbound.count(endpoint.name, "failed")
-        log.info("webhook delivery failed", extra=log_fields(
-            endpoint=endpoint.name, delivery_id=delivery_id, attempt=job_try, error=error))
+        log.info(
+            "webhook delivery failed",
+            extra=log_fields(
+                endpoint=endpoint.name, delivery_id=delivery_id, attempt=job_try, error=error
+            ),
+        )
         schedule = self.settings.retry_schedule_s
         if job_try <= len(schedule):
             raise Retry(defer=schedule[job_try - 1])
         reason = f"webhook {endpoint.name}: gave up after {job_try} attempts; last: {error}"
-        raw = orjson.dumps({"kind": "webhook_delivery", "run_id": event.get("run_id"),
-                            "endpoint": endpoint.name, "event": event})
-        await self.outbound.dead_letter(str(event.get("run_id", "")), delivery_id, reason,
-                                        job_try, raw)
+        raw = orjson.dumps(
+            {
+                "kind": "webhook_delivery",
+                "run_id": event.get("run_id"),
+                "endpoint": endpoint.name,
+                "event": event,
+            }
+        )
+        await self.outbound.dead_letter(
+            str(event.get("run_id", "")), delivery_id, reason, job_try, raw
+        )
         await self.outbound.count(endpoint.name, "dead_lettered")
-        log.warning("webhook delivery dead-lettered",
-                    extra=log_fields(endpoint=endpoint.name, delivery_id=delivery_id))
+        log.warning(
+            "webhook delivery dead-lettered",
+            extra=log_fields(endpoint=endpoint.name, delivery_id=delivery_id),
+        )
         return "dead-lettered"
 
     async def _post(self, endpoint: Endpoint, event: Mapping[str, Any], body: bytes) -> str | None:
@@ -95,8 +110,9 @@ class Courier:
         }
         timeout = aiohttp.ClientTimeout(total=self.settings.timeout_s)
         try:
-            async with self.session.post(endpoint.url, data=body, headers=headers,
-                                         timeout=timeout, allow_redirects=False) as reply:
+            async with self.session.post(
+                endpoint.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            ) as reply:
                 if 200 <= reply.status < 300:
                     return None
                 return f"HTTP {reply.status}"

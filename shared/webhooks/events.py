@@ -47,8 +47,13 @@ class WebhookEvent:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object a receiver gets (`body`)."""
-        return {"id": self.id, "type": self.type, "run_id": self.run_id,
-                "created_ms": self.t_ms, "data": dict(self.data)}
+        return {
+            "id": self.id,
+            "type": self.type,
+            "run_id": self.run_id,
+            "created_ms": self.t_ms,
+            "data": dict(self.data),
+        }
 
     def body(self) -> bytes:
         return orjson.dumps(self.as_dict())

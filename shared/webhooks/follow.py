@@ -100,10 +100,15 @@ class Feed:
         cursors = await follower.cursors([run_id for run_id, _ in runs])
         logs = await follower.read(cursors, PER_RUN)
         tools = await self._tools(logs)
-        run_of = {str(e.data.get("approval_id")): run_id for run_id, events in logs.items()
-                  for e in events if e.type == "approval.requested" or e.type in DECIDED}
-        asked = await follower.asked([(run_id, approval_id) for approval_id, run_id
-                                      in run_of.items()])
+        run_of = {
+            str(e.data.get("approval_id")): run_id
+            for run_id, events in logs.items()
+            for e in events
+            if e.type == "approval.requested" or e.type in DECIDED
+        }
+        asked = await follower.asked(
+            [(run_id, approval_id) for approval_id, run_id in run_of.items()]
+        )
         tally, progress, sent = Tally(), Progress(), 0
         now = now_ms()
         for run_id, created_ms in runs:
@@ -134,11 +139,20 @@ class Feed:
     async def _tools(self, logs: dict[str, list[Event]]) -> dict[str, str]:
         """Call id → tool for every call these events name: from their ``call.created`` when
         read now, else from the call record an earlier pass saw created."""
-        tools = {str(e.data.get("call_id")): str(e.data.get("tool"))
-                 for events in logs.values() for e in events if e.type == "call.created"}
-        missing = sorted({(run_id, str(e.data.get("call_id"))) for run_id, events in logs.items()
-                          for e in events if e.type == "call.transition"
-                          and str(e.data.get("call_id")) not in tools})
+        tools = {
+            str(e.data.get("call_id")): str(e.data.get("tool"))
+            for events in logs.values()
+            for e in events
+            if e.type == "call.created"
+        }
+        missing = sorted(
+            {
+                (run_id, str(e.data.get("call_id")))
+                for run_id, events in logs.items()
+                for e in events
+                if e.type == "call.transition" and str(e.data.get("call_id")) not in tools
+            }
+        )
         return {**tools, **await self.follower.call_tools(missing)}
 
 

@@ -25,7 +25,11 @@ from callgate.errors import CallgateError
 
 EventType = Literal["run.paused", "run.finished", "approval.requested", "outcome.unknown"]
 EVENT_TYPES: tuple[EventType, ...] = (
-    "run.paused", "run.finished", "approval.requested", "outcome.unknown")
+    "run.paused",
+    "run.finished",
+    "approval.requested",
+    "outcome.unknown",
+)
 SECRET_MIN = 16
 """Bytes of secret below which an HMAC is guessable by whoever sees a few deliveries."""
 
@@ -72,17 +76,28 @@ class WebhookSettings(BaseSettings):
     endpoints_file: Path | None = Field(default=None, description="JSON list of endpoints.")
     endpoints: str = Field(default="", description="The same list inline, as JSON.")
     retry_schedule_s: tuple[float, ...] = Field(
-        default=(1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0), min_length=1, max_length=20,
-        description="Delay before each retry of a failed delivery; after the last → dead letter.")
+        default=(1.0, 5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0),
+        min_length=1,
+        max_length=20,
+        description="Delay before each retry of a failed delivery; after the last → dead letter.",
+    )
     timeout_s: float = Field(
-        default=5.0, gt=0, le=8.0,
-        description="One delivery's HTTP timeout (below the 10 s an arq job may run).")
+        default=5.0,
+        gt=0,
+        le=8.0,
+        description="One delivery's HTTP timeout (below the 10 s an arq job may run).",
+    )
     max_age_s: float = Field(
-        default=86_400.0, gt=0,
-        description="Events older than this when the worker reads them are not delivered.")
+        default=86_400.0,
+        gt=0,
+        description="Events older than this when the worker reads them are not delivered.",
+    )
     follow_batch: int = Field(
-        default=500, ge=1, le=10_000,
-        description="Runs whose event logs one follow pass reads per partition.")
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Runs whose event logs one follow pass reads per partition.",
+    )
 
     def load(self) -> tuple[Endpoint, ...]:
         """The registered endpoints, or `WebhookConfigError` with one line saying why."""
@@ -93,8 +108,9 @@ class WebhookSettings(BaseSettings):
             try:
                 raw = self.endpoints_file.read_text()
             except OSError as exc:
-                raise WebhookConfigError(f"webhook endpoints: cannot read {where}: "
-                                         f"{exc.strerror}") from None
+                raise WebhookConfigError(
+                    f"webhook endpoints: cannot read {where}: {exc.strerror}"
+                ) from None
         return parse_endpoints(raw, where)
 
 
@@ -113,14 +129,15 @@ def parse_endpoints(raw: str, where: str) -> tuple[Endpoint, ...]:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "entry"
-        raise WebhookConfigError(
-            f"webhook endpoints: {where}: {field}: {first['msg']}") from None
+        raise WebhookConfigError(f"webhook endpoints: {where}: {field}: {first['msg']}") from None
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
         raise WebhookConfigError(f"webhook endpoints: {where}: names must be unique")
     for endpoint in endpoints:
         if len(endpoint.key()) < SECRET_MIN:
             source = endpoint.secret_env or "secret"
-            raise WebhookConfigError(f"webhook endpoints: {where}: {endpoint.name}: the secret "
-                                     f"({source}) needs at least {SECRET_MIN} bytes")
+            raise WebhookConfigError(
+                f"webhook endpoints: {where}: {endpoint.name}: the secret "
+                f"({source}) needs at least {SECRET_MIN} bytes"
+            )
     return endpoints

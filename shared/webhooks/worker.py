@@ -51,10 +51,24 @@ class WebhookWorker:
         every_second = set(range(60))
         return QueueSpec(
             webhook_queue_name(self.settings),
-            [func(self.deliver, name=DELIVER_WEBHOOK, keep_result=DELIVERY_RESULT_S,
-                  max_tries=len(self.webhook_settings.retry_schedule_s) + 2)],
-            [cron(self.follow, name=FOLLOW_EVENTS, second=every_second, run_at_startup=True,
-                  unique=True, timeout=LEASE_MS / 1000)],
+            [
+                func(
+                    self.deliver,
+                    name=DELIVER_WEBHOOK,
+                    keep_result=DELIVERY_RESULT_S,
+                    max_tries=len(self.webhook_settings.retry_schedule_s) + 2,
+                )
+            ],
+            [
+                cron(
+                    self.follow,
+                    name=FOLLOW_EVENTS,
+                    second=every_second,
+                    run_at_startup=True,
+                    unique=True,
+                    timeout=LEASE_MS / 1000,
+                )
+            ],
         )
 
     async def follow(self, ctx: dict[str, Any]) -> int:
@@ -66,22 +80,40 @@ class WebhookWorker:
 
             async def enqueue(endpoint: Endpoint, event: WebhookEvent) -> bool:
                 job_id = delivery_id(endpoint, event)
-                job = await pool.enqueue_job(DELIVER_WEBHOOK, job_of(endpoint, event.as_dict(),
-                                             job_id), _job_id=job_id, _queue_name=queue)
+                job = await pool.enqueue_job(
+                    DELIVER_WEBHOOK,
+                    job_of(endpoint, event.as_dict(), job_id),
+                    _job_id=job_id,
+                    _queue_name=queue,
+                )
                 return job is not None
 
             follower = Follower(runtime.redis, runtime.keys, self.settings.retention_s)
-            self._feed = Feed(follower, self.settings.partitions, self.settings.retention_s,
-                              self.endpoints, enqueue, self.webhook_settings.follow_batch,
-                              owner=runtime.consumer,
-                              max_age_s=self.webhook_settings.max_age_s)
+            self._feed = Feed(
+                follower,
+                self.settings.partitions,
+                self.settings.retention_s,
+                self.endpoints,
+                enqueue,
+                self.webhook_settings.follow_batch,
+                owner=runtime.consumer,
+                max_age_s=self.webhook_settings.max_age_s,
+            )
         return await self._feed.run_pass()
 
     async def deliver(self, ctx: dict[str, Any], job: dict[str, Any]) -> str:
         if self._courier is None:
             runtime: Runtime = ctx["runtime"]
-            outbound = Outbound(runtime.redis, runtime.keys, self.settings.retention_s,
-                                self.settings.dead_letter_max_entries)
-            self._courier = Courier({e.name: e for e in self.endpoints}, self.webhook_settings,
-                                    outbound, runtime.tool_session())
+            outbound = Outbound(
+                runtime.redis,
+                runtime.keys,
+                self.settings.retention_s,
+                self.settings.dead_letter_max_entries,
+            )
+            self._courier = Courier(
+                {e.name: e for e in self.endpoints},
+                self.webhook_settings,
+                outbound,
+                runtime.tool_session(),
+            )
         return await self._courier.deliver(job, int(ctx.get("job_try", 1)))

@@ -23,8 +23,16 @@ slower one (each scenario starts its own worker processes)."""
 
 
 def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) -> None:
-    argv = [sys.executable, "-m", "callgate.ops.cli", "bench", "--smoke", "--json",
-            "--redis-url", redis_server.url]
+    argv = [
+        sys.executable,
+        "-m",
+        "callgate.ops.cli",
+        "bench",
+        "--smoke",
+        "--json",
+        "--redis-url",
+        redis_server.url,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     document = orjson.loads(done.stdout)

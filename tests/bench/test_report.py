@@ -25,14 +25,20 @@ def test_percentile_is_nearest_rank() -> None:
 def _summary(**changes: float) -> dict[str, dict[str, float]]:
     summary: dict[str, dict[str, float]] = {
         "latency": {"in_process_p50_vs_floor": 1.5},
-        "throughput": {"calls_per_s": 1600.0, "redis_commands_per_call": 54.0,
-                       "redis_cpu_us_per_call": 110.0},
+        "throughput": {
+            "calls_per_s": 1600.0,
+            "redis_commands_per_call": 54.0,
+            "redis_cpu_us_per_call": 110.0,
+        },
         "throughput-aof": {"always_vs_everysec": 0.8},
         "executors": {"one_calls_per_s": 900.0, "two_vs_one": 1.2},
         "scale-out": {"8_vs_4": 1.6},
         "recovery": {"p50_s": 1.5, "max_s": 6.0},
-        "memory": {"bytes_per_run": 20_480.0, "keys_left_after_retention": 0,
-                   "rss_growth_max": 0.2},
+        "memory": {
+            "bytes_per_run": 20_480.0,
+            "keys_left_after_retention": 0,
+            "rss_growth_max": 0.2,
+        },
     }
     for name, value in changes.items():
         scenario, figure = TARGETS[name].figure.split(".")
@@ -44,7 +50,10 @@ def test_every_target_has_value_bound_and_verdict() -> None:
     met = targets(_summary())
     assert set(met) == set(TARGETS)
     assert {name for name, entry in met.items() if not entry["met"]} == {
-        "executor_1proc_calls_per_s", "recovery_max_s", "rss_growth", "redis_commands_per_call",
+        "executor_1proc_calls_per_s",
+        "recovery_max_s",
+        "rss_growth",
+        "redis_commands_per_call",
         "aof_always_vs_everysec",
     }
     assert met["redis_bytes_per_run"] == {"value": 20_480.0, "target": "<= 20480", "met": True}
@@ -64,8 +73,10 @@ def test_table_shows_figures_with_their_verdicts() -> None:
     text = table(summary, targets(summary))
     lines = text.splitlines()
     assert lines[0].startswith("figure")
-    assert any("recovery after SIGKILL p50 (s)" in line and "1.800" in line and "yes" in line
-               for line in lines)
+    assert any(
+        "recovery after SIGKILL p50 (s)" in line and "1.800" in line and "yes" in line
+        for line in lines
+    )
     assert any("max" in line and "4.000" in line for line in lines)
     assert "latency" not in text and "throughput" not in text
 
@@ -73,7 +84,8 @@ def test_table_shows_figures_with_their_verdicts() -> None:
 def test_step_breakdown_averages_the_gaps_between_commits() -> None:
     def turn(start: int) -> list[tuple[str, str, str]]:
         return [
-            (f"{start}-0", "model.response", ""), (f"{start}-1", "call.created", ""),
+            (f"{start}-0", "model.response", ""),
+            (f"{start}-1", "call.created", ""),
             (f"{start + 1}-0", "call.transition", "allowed"),
             (f"{start + 3}-0", "call.transition", "executing"),
             (f"{start + 4}-0", "call.transition", "succeeded"),

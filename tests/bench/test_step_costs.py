@@ -29,10 +29,19 @@ bench-parallel: five turns of two parallel reads, then the answer."""
 async def test_each_step_runs_the_commands_it_ran_before() -> None:
     calls_per_run = throughput.TURNS * throughput.CALLS_PER_TURN
     with EmbeddedRedis() as own:
-        table = await cost.step_costs(own.url, API, throughput.SCENARIO, throughput.WARM_UP, 2,
-                                      calls_per_run, progress=lambda _: None)
+        table = await cost.step_costs(
+            own.url,
+            API,
+            throughput.SCENARIO,
+            throughput.WARM_UP,
+            2,
+            calls_per_run,
+            progress=lambda _: None,
+        )
     steps = {name: row for name, row in table["steps"].items() if name != cost.OTHER_SCRIPT}
-    got = {name: (round(row["runs_per_call"], 3), row["commands_per_run"])
-           for name, row in steps.items()}
+    got = {
+        name: (round(row["runs_per_call"], 3), row["commands_per_run"])
+        for name, row in steps.items()
+    }
     detail = "\n".join(f"  {name}: {row['by_command_per_run']}" for name, row in steps.items())
     assert got == EXPECTED, f"the steps' Redis costs changed; now:\n{got}\n{detail}"

@@ -30,8 +30,9 @@ def system(redis_server: EmbeddedRedis, callgate_home: Path) -> Iterator[LocalSy
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
     env = {**API_ENV, "CALLGATE_CONSOLE_OPERATOR": "carol"}
-    yield from api_deployment(redis_server, callgate_home, ("travel", "booking"), env,
-                              MORE_TRUST, scenarios=(SCENARIOS,))
+    yield from api_deployment(
+        redis_server, callgate_home, ("travel", "booking"), env, MORE_TRUST, scenarios=(SCENARIOS,)
+    )
 
 
 @pytest.fixture
@@ -59,8 +60,9 @@ class Person:
     dialogs: list[str] = field(default_factory=list)
 
 
-async def person(browser: Browser, system: LocalSystem, name: str,
-                 bearer: str | None = None) -> Person:
+async def person(
+    browser: Browser, system: LocalSystem, name: str, bearer: str | None = None
+) -> Person:
     """A fresh browser profile signed in as ``name`` through the login form, with ``bearer``
     (default: a token of their own key); a dialog any page opens is recorded and dismissed."""
     context = await browser.new_context(base_url=system.urls["api"])

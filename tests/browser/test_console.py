@@ -29,8 +29,10 @@ from tests.browser.conftest import WAIT_MS, person
 from tests.e2e.api_server import IDP, IDP_KEY, auth, idp_token
 from tests.e2e.people import http, status, until
 
-LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
-                         "lookup": {"mode": "lookup_unknown"}}
+LOST_AND_INCONCLUSIVE = {
+    "reserve": {"mode": "commit_then_drop", "count": 1},
+    "lookup": {"mode": "lookup_unknown"},
+}
 
 
 def shots(tmp_path: Path) -> Path:
@@ -41,8 +43,13 @@ def shots(tmp_path: Path) -> Path:
 
 async def start(system: LocalSystem, model: str, tools: list[str]) -> str:
     """A run for alice, submitted through the API by the local submitting service."""
-    body = {"api": "openai-chat", "model": model, "input": "go", "identity": {"user": "alice"},
-            "allowed_tools": tools}
+    body = {
+        "api": "openai-chat",
+        "model": model,
+        "input": "go",
+        "identity": {"user": "alice"},
+        "allowed_tools": tools,
+    }
     async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
         answer = await api.post("/runs", json=body, headers=auth(system, "local"))
     assert answer.status_code == 202, answer.text
@@ -109,8 +116,9 @@ async def test_an_unknown_outcome_is_resolved_from_the_browser(
     run_id = await start(system, "conf-reserve", ["reserve_seat"])
     approval_id = await pending_approval(client, run_id)
     async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
-        approved = await api.post(f"/approvals/{approval_id}/approve",
-                                  headers=auth(system, "carol"))
+        approved = await api.post(
+            f"/approvals/{approval_id}/approve", headers=auth(system, "carol")
+        )
     assert approved.status_code == 200, approved.text
     await until(client, run_id, status("paused_unknown_outcome"))
     page = (await person(browser, system, "carol")).page
@@ -174,8 +182,10 @@ async def test_a_write_without_the_csrf_token_is_refused(
     approval_id = await pending_approval(client, run_id)
     carol = await person(browser, system, "carol")
     request = carol.page.request  # carries the session cookie, as a forged request would
-    for path, form in ((f"/console/approvals/{approval_id}/approve", {"reason": "forged"}),
-                       (f"/approvals/{approval_id}/approve", None)):
+    for path, form in (
+        (f"/console/approvals/{approval_id}/approve", {"reason": "forged"}),
+        (f"/approvals/{approval_id}/approve", None),
+    ):
         answer = await request.post(path, form=form)
         assert answer.status == 403 and "CSRF token" in await answer.text(), path
     assert (await client.view(run_id))["status"] == "paused_approval"
@@ -184,8 +194,11 @@ async def test_a_write_without_the_csrf_token_is_refused(
     assert csrf
     inbox = await request.get("/inbox")  # the session also reads the API
     assert inbox.status == 200 and approval_id in await inbox.text()
-    answer = await request.post(f"/approvals/{approval_id}/approve",
-                                headers={"X-CSRF-Token": csrf}, data={"reason": "with it"})
+    answer = await request.post(
+        f"/approvals/{approval_id}/approve",
+        headers={"X-CSRF-Token": csrf},
+        data={"reason": "with it"},
+    )
     assert answer.status == 200 and (await answer.json())["event"] == "approval.approved"
 
 
@@ -239,8 +252,10 @@ async def test_an_identity_providers_token_signs_in_a_person_with_the_trust_file
     async with stranger.expect_response(lambda r: r.request.method == "POST") as info:
         await stranger.click("#sign-in")
     assert (await info.value).status == 403
-    assert "not a person of the deployment's trust file" in await stranger.locator(
-        ".problem").inner_text()
+    assert (
+        "not a person of the deployment's trust file"
+        in await stranger.locator(".problem").inner_text()
+    )
     assert [c for c in await stranger.context.cookies() if c["name"] == "callgate_session"] == []
 
 

@@ -40,9 +40,15 @@ class Deployment:
             return await r.json()
 
     async def submit(self, scenario: str, tools: list[str], **extra: Any) -> str:
-        spec = {"api": "openai-chat", "model": scenario, "input": "hello",
-                "identity": {"user": "alice"}, "max_turns": 4,
-                "allowed_tools": list(load_registry(tools).names()), **extra}
+        spec = {
+            "api": "openai-chat",
+            "model": scenario,
+            "input": "hello",
+            "identity": {"user": "alice"},
+            "max_turns": 4,
+            "allowed_tools": list(load_registry(tools).names()),
+            **extra,
+        }
         async with CallgateClient(self.settings) as client:
             return await client.submit(spec)  # fmt: skip
 

@@ -18,8 +18,11 @@ APPROVER_ROLE = "events-lead"
 SCENARIO: dict[str, Any] = {
     "description": "one sign-off needing approval, then the answer.",
     "steps": [
-        {"name": "sign", "when": {"assistant_turns": 0},
-         "tool_calls": [{"name": "sign_off", "arguments": {"memo": "budget 2027"}}]},
+        {
+            "name": "sign",
+            "when": {"assistant_turns": 0},
+            "tool_calls": [{"name": "sign_off", "arguments": {"memo": "budget 2027"}}],
+        },
         {"name": "answer", "when": {"assistant_turns": 1}, "text": "Signed: {result:sign_off}"},
     ],
 }

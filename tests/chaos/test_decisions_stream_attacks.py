@@ -82,8 +82,14 @@ async def _ledger(locked: LockedRedis, user: str) -> AsyncIterator[Ledger]:
 
 
 async def _live(locked: LockedRedis) -> Live:
-    spec = {"api": "openai-chat", "model": "sign-off", "input": "sign it",
-            "identity": {"user": "alice"}, "allowed_tools": ["sign_off"], "max_turns": 4}
+    spec = {
+        "api": "openai-chat",
+        "model": "sign-off",
+        "input": "sign it",
+        "identity": {"user": "alice"},
+        "allowed_tools": ["sign_off"],
+        "max_turns": 4,
+    }
     async with CallgateClient(locked.settings("submitters")) as client:
         run_id = await client.submit(spec)
     async with CallgateClient(locked.settings(OPERATOR)) as client:
@@ -145,8 +151,10 @@ async def _untouched(locked: LockedRedis, live: Live) -> None:
         run, [call] = await ledger.run_and_calls(live.run_id, [live.call.call_id])
         approval = await ledger.get_approval(live.run_id, live.approval.approval_id)
         events = await ledger.events(live.run_id)
-    assert run is not None and (run.status, run.reason) == ("paused_approval",
-                                                             "awaiting approval"), run
+    assert run is not None and (run.status, run.reason) == (
+        "paused_approval",
+        "awaiting approval",
+    ), run
     assert call == live.call
     assert approval == live.approval
     assert not [e for e in events if e.type == "run.transition" and e.data["to"] == "failed"]
@@ -172,13 +180,29 @@ async def _approve_and_complete(locked: LockedRedis, live: Live) -> None:
 def _validate_with_ttl(live: Live, approval_ttl_s: float) -> bytes:
     """A validate order for the live turn carrying its own facts: alice's authority, the call
     as recorded, and an approval lifetime no record could hold."""
-    run = {"identity": {"user": "alice"}, "allowed_tools": ["sign_off"],
-           "batch_policy": "hold_effects", "approval_ttl_s": approval_ttl_s}
-    call = {"call_id": live.call.call_id, "index": 0, "tool": "sign_off",
-            "raw_arguments": live.call.raw_arguments}
-    return orjson.dumps({"v": 1, "msg_id": new_id(), "run_id": live.run_id, "turn": 1,
-                         "kind": "validate_request", "call_ids": [live.call.call_id],
-                         "facts": {"run": run, "calls": [call]}})
+    run = {
+        "identity": {"user": "alice"},
+        "allowed_tools": ["sign_off"],
+        "batch_policy": "hold_effects",
+        "approval_ttl_s": approval_ttl_s,
+    }
+    call = {
+        "call_id": live.call.call_id,
+        "index": 0,
+        "tool": "sign_off",
+        "raw_arguments": live.call.raw_arguments,
+    }
+    return orjson.dumps(
+        {
+            "v": 1,
+            "msg_id": new_id(),
+            "run_id": live.run_id,
+            "turn": 1,
+            "kind": "validate_request",
+            "call_ids": [live.call.call_id],
+            "facts": {"run": run, "calls": [call]},
+        }
+    )
 
 
 @pytest.mark.parametrize("login", LOGINS)
@@ -204,8 +228,9 @@ async def test_a_forged_expiry_does_not_expire_a_live_approval(
     locked: LockedRedis, system: None, login: str
 ) -> None:
     live = await _live(locked)
-    forged = ApprovalExpired(run_id=live.run_id, turn=1, call_id=live.call.call_id,
-                             approval_id=live.approval.approval_id)
+    forged = ApprovalExpired(
+        run_id=live.run_id, turn=1, call_id=live.call.call_id, approval_id=live.approval.approval_id
+    )
     entry = await _post_as(locked, login, live.run_id, encode(forged))
     await _settled(locked, live.run_id, entry)
 

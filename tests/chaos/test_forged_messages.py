@@ -107,16 +107,21 @@ async def _booking_requests(deployment: Deployment, run_id: str) -> dict[str, in
 def _exec_order(run_id: str, identity: dict[str, Any]) -> ExecRequest:
     tool = load_registry(TRAVEL).get("get_train_status")
     assert tool is not None
-    call = ExecCallFacts(tool=tool.name, tool_version=tool.version, effect=Effect.READ,
-                         arguments={"train_number": "G1234", "date": "2026-12-20"})
+    call = ExecCallFacts(
+        tool=tool.name,
+        tool_version=tool.version,
+        effect=Effect.READ,
+        arguments={"train_number": "G1234", "date": "2026-12-20"},
+    )
     facts = ExecFacts(run=ExecRunFacts(identity=identity), call=call, state=CallState.ALLOWED)
     return ExecRequest(run_id=run_id, turn=1, call_id="t1.0", facts=facts)
 
 
 def _validate_order(run_id: str, identity: dict[str, Any], participant: str) -> ValidateRequest:
     names = list(load_registry(WORKSHOP).names())
-    run = DecideRunFacts(identity=identity, allowed_tools=names, batch_policy="run_allowed",
-                         approval_ttl_s=None)
+    run = DecideRunFacts(
+        identity=identity, allowed_tools=names, batch_policy="run_allowed", approval_ttl_s=None
+    )
     raw = orjson.dumps({"event_id": "ws-200", "participant_id": participant}).decode()
     call = ProposedCall(call_id="t1.0", index=0, tool="reserve_seat", raw_arguments=raw)
     facts = DecideFacts(run=run, calls=(call,))
@@ -155,9 +160,7 @@ async def test_a_forged_validate_order_for_no_run_asks_the_booking_service_nothi
     assert await _keys_naming(fresh, run_id) == []
 
 
-async def test_a_forged_validate_order_for_a_live_run_decides_nothing(
-    fresh: Deployment,
-) -> None:
+async def test_a_forged_validate_order_for_a_live_run_decides_nothing(fresh: Deployment) -> None:
     live = await pending(fresh, {"user": "alice"})
     before = await fresh.call(live.run_id, live.call_id)
     asked = await _booking_requests(fresh, live.run_id)  # the genuine precondition checks
@@ -231,10 +234,16 @@ def _misrouted(run_id: str, call_id: str) -> dict[str, list[bytes]]:
     reader does not handle, and bytes that are no message at all."""
     turn = TurnRequest(run_id=run_id, turn=1)
     return {
-        "exec": [encode(turn), encode(ValidateRequest(run_id=run_id, turn=1, call_ids=(call_id,))),
-                 b"\x00not json " + run_id.encode()],
-        "validate": [encode(turn), encode(ExecRequest(run_id=run_id, turn=1, call_id=call_id)),
-                     b'{"kind": "validate_request", "run_id": "' + run_id.encode() + b'"}'],
+        "exec": [
+            encode(turn),
+            encode(ValidateRequest(run_id=run_id, turn=1, call_ids=(call_id,))),
+            b"\x00not json " + run_id.encode(),
+        ],
+        "validate": [
+            encode(turn),
+            encode(ExecRequest(run_id=run_id, turn=1, call_id=call_id)),
+            b'{"kind": "validate_request", "run_id": "' + run_id.encode() + b'"}',
+        ],
     }
 
 
@@ -278,8 +287,9 @@ async def test_a_flood_of_tool_calls_is_not_recorded_run_or_kept(
         raw = redis.hgetall(fresh.keys.raw_responses(run_id))
         kept = await cast(Awaitable[dict[bytes, bytes]], raw)
         assert kept and sum(len(v) for v in kept.values()) < 1_000, kept
-        sizes = {key: await redis.memory_usage(key) or 0
-                 for key in await _keys_naming(fresh, run_id)}
+        sizes = {
+            key: await redis.memory_usage(key) or 0 for key in await _keys_naming(fresh, run_id)
+        }
     assert sizes[fresh.keys.raw_responses(run_id).encode()] < RAW_KEPT_BYTES_MAX, sizes
     assert max(sizes.values()) < KEPT_BYTES_MAX, sizes
     log = await fresh.http("model", "GET", "/_log")

@@ -73,8 +73,12 @@ async def _decided(deployment: Deployment, run_id: str) -> CallRecord:
 
 
 def _order(user: str, raw: str) -> DecideFacts:
-    run = DecideRunFacts(identity={"user": user}, allowed_tools=WORKSHOP,
-                         batch_policy="hold_effects", approval_ttl_s=None)
+    run = DecideRunFacts(
+        identity={"user": user},
+        allowed_tools=WORKSHOP,
+        batch_policy="hold_effects",
+        approval_ttl_s=None,
+    )
     call = ProposedCall(call_id="t1.0", index=0, tool="reserve_seat", raw_arguments=raw)
     return DecideFacts(run=run, calls=(call,))
 
@@ -119,8 +123,7 @@ async def test_a_matching_order_is_decided_as_it_stands(fresh: Deployment) -> No
 
 def _mismatch_logged(deployment: Deployment, run_id: str) -> bool:
     return any(
-        "do not match the ledger" in line and run_id in line
-        for line in deployment.worker_logs()
+        "do not match the ledger" in line and run_id in line for line in deployment.worker_logs()
     )
 
 

@@ -37,15 +37,21 @@ class Pending:
     args_hash: str
 
     def claims(self, **changes: Any) -> dict[str, Any]:
-        fields: dict[str, Any] = {"run": self.run_id, "apr": self.approval_id,
-                                  "call": self.call_id, "hash": self.args_hash, "reason": None,
-                                  "jti": new_id()}
+        fields: dict[str, Any] = {
+            "run": self.run_id,
+            "apr": self.approval_id,
+            "call": self.call_id,
+            "hash": self.args_hash,
+            "reason": None,
+            "jti": new_id(),
+        }
         fields.update(changes)
         return approval_claims("approve", **fields)
 
     def decision(self, token: str, jti: str | None = None) -> SignedDecision:
-        return SignedDecision(msg_id=jti or new_id(), run_id=self.run_id, turn=self.turn,
-                              token=token)
+        return SignedDecision(
+            msg_id=jti or new_id(), run_id=self.run_id, turn=self.turn, token=token
+        )
 
 
 def keyring() -> LocalKeyring:
@@ -53,8 +59,9 @@ def keyring() -> LocalKeyring:
 
 
 def signed(pending: Pending, person: str, signer: str | None = None, **changes: Any) -> str:
-    return sign_decision(keyring().signer(signer or person), person=person,
-                         claims=pending.claims(**changes))
+    return sign_decision(
+        keyring().signer(signer or person), person=person, claims=pending.claims(**changes)
+    )
 
 
 async def refusals(
@@ -85,8 +92,13 @@ def forged_tokens(genuine: Pending) -> dict[str, str]:
     mallory = Signer("carol", Ed25519PrivateKey.generate())  # claims to be carol's key
     carol = keyring().signer("carol")
     now = int(time.time())
-    expired = {**genuine.claims(), "sub": "carol", "typ": "callgate.decision",
-               "iat": now - 900, "exp": now - 600}
+    expired = {
+        **genuine.claims(),
+        "sub": "carol",
+        "typ": "callgate.decision",
+        "iat": now - 900,
+        "exp": now - 600,
+    }
     return {
         "signature": sign_decision(mallory, person="carol", claims=genuine.claims()),
         "dave does not hold the role events-lead": signed(genuine, "dave"),
@@ -104,10 +116,17 @@ async def test_unsigned_and_forged_decisions_are_refused_and_change_nothing(
 ) -> None:
     genuine = await pending(fresh, {"user": "alice"})
     # What approving used to be: a message naming carol, believed.  It no longer decodes.
-    unsigned = {"kind": "approval_decision", "run_id": genuine.run_id, "turn": 1,
-                "call_id": genuine.call_id, "approval_id": genuine.approval_id,
-                "decision": "approve", "approver": "carol", "args_hash": genuine.args_hash,
-                "source": "slack"}
+    unsigned = {
+        "kind": "approval_decision",
+        "run_id": genuine.run_id,
+        "turn": 1,
+        "call_id": genuine.call_id,
+        "approval_id": genuine.approval_id,
+        "decision": "approve",
+        "approver": "carol",
+        "args_hash": genuine.args_hash,
+        "source": "slack",
+    }
     await fresh.post_raw("decisions", genuine.run_id, orjson.dumps(unsigned))
     attacks = forged_tokens(genuine)
     for token in attacks.values():
@@ -123,9 +142,7 @@ async def test_unsigned_and_forged_decisions_are_refused_and_change_nothing(
     assert await _dead_letter_mentions(fresh, genuine.run_id, "approval_decision")
 
 
-async def test_a_genuine_decision_applies_once_and_its_replay_is_refused(
-    fresh: Deployment,
-) -> None:
+async def test_a_genuine_decision_applies_once_and_its_replay_is_refused(fresh: Deployment) -> None:
     genuine = await pending(fresh, {"user": "alice"})
     jti = new_id()
     message = genuine.decision(signed(genuine, "carol", jti=jti), jti)
@@ -138,12 +155,13 @@ async def test_a_genuine_decision_applies_once_and_its_replay_is_refused(
     assert view["status"] == "completed" and view["calls"][0]["state"] == "succeeded"
     await fresh.post("decisions", message)  # and again, after
     found = await refusals(fresh, genuine.run_id, 2)
-    assert all("already decided" in str(e["reason"]) or "applied already" in str(e["reason"])
-               for e in found)
+    assert all(
+        "already decided" in str(e["reason"]) or "applied already" in str(e["reason"])
+        for e in found
+    )
     stats = await fresh.http("booking", "GET", "/_stats")
     assert stats["reserve"]["requests"] == 1 and stats["reservations"] == 1
-    approved = [e.data for e in await fresh.events(genuine.run_id)
-                if e.type == "approval.approved"]
+    approved = [e.data for e in await fresh.events(genuine.run_id) if e.type == "approval.approved"]
     assert [(a["approver"], a["signed_by"]) for a in approved] == [("carol", "carol")]
 
 
@@ -185,5 +203,6 @@ async def _dead_letter_mentions(deployment: Deployment, run_id: str, text: str) 
         entries = await redis.xrange(stream)
     finally:
         await redis.aclose()
-    return any(text.encode() in fields[b"d"] and run_id.encode() in fields[b"d"]
-               for _, fields in entries)
+    return any(
+        text.encode() in fields[b"d"] and run_id.encode() in fields[b"d"] for _, fields in entries
+    )

@@ -98,8 +98,10 @@ def test_sound_facts_pass_every_invariant() -> None:
         (facts(outcomes={"t1.0": 2}), "calls_without_one_result"),
         (facts(received={}), "calls_without_one_result"),
         (facts(received={"call_a": ('{"reservation_id": "res-0002"}',)}), "mispaired_results"),
-        (facts(received={"call_a": (orjson.dumps(RESERVATION).decode(),), "call_b": ("{}",)}),
-         "mispaired_results"),
+        (
+            facts(received={"call_a": (orjson.dumps(RESERVATION).decode(),), "call_b": ("{}",)}),
+            "mispaired_results",
+        ),
     ],
 )
 def test_each_breakage_is_caught_by_its_invariant(made: Facts, name: str) -> None:
@@ -163,11 +165,14 @@ def test_a_resolved_call_has_the_booking_services_outcome() -> None:
     failed = call(CallState.FAILED, result=error_result("not_applied", "no"))
     not_applied = PeopleFacts(resolutions={"t1.0": ("not_applied",)})
     assert broken(check_all(facts((failed,), people=not_applied, created={}))) == set()
-    assert broken(check_all(facts((failed,), people=applied, created={}))) == {
-        "resolve_mismatches"}
+    assert broken(check_all(facts((failed,), people=applied, created={}))) == {"resolve_mismatches"}
     left = replace(PLAN, resolve="truth")
-    paused = facts((call(CallState.UNRESOLVED, result=None),),
-                   status=RunState.PAUSED_UNKNOWN_OUTCOME, received={}, turns_received=0)
+    paused = facts(
+        (call(CallState.UNRESOLVED, result=None),),
+        status=RunState.PAUSED_UNKNOWN_OUTCOME,
+        received={},
+        turns_received=0,
+    )
     assert broken(check_all(paused)) == set()
     mine = replace(paused, runs=(replace(paused.runs[0], plan=left),))
     assert broken(check_all(mine)) == {"resolve_mismatches"}
@@ -262,8 +267,12 @@ REPLIED = PeopleFacts(replies={"reply-1": ("completed",)}, reply_turn=3)
 
 def replied(**kw: Any) -> Facts:
     """A run that took reply-1 and answered it (the follow-up request had two assistant turns)."""
-    base: dict[str, Any] = dict(people=REPLIED, sent=(ADMITTED,), turns_received=2,
-                                final_text=f"You asked: {PLAN.reply_text} Nothing else changed.")
+    base: dict[str, Any] = dict(
+        people=REPLIED,
+        sent=(ADMITTED,),
+        turns_received=2,
+        final_text=f"You asked: {PLAN.reply_text} Nothing else changed.",
+    )
     base.update(kw)
     return facts(**base)
 
@@ -272,13 +281,24 @@ def replied(**kw: Any) -> Facts:
     ("made", "name"),
     [
         (replied(sent=()), "replies_not_applied_once"),
-        (replied(people=replace(REPLIED, replies={"reply-1": ("completed", "completed")})),
-         "replies_not_applied_once"),
+        (
+            replied(people=replace(REPLIED, replies={"reply-1": ("completed", "completed")})),
+            "replies_not_applied_once",
+        ),
         (replied(people=PeopleFacts()), "replies_not_applied_once"),
-        (facts(people=REPLIED, sent=(SentReply("reply-1", "reject", "refused"),),
-               turns_received=2, final_text=FOLLOW_UP), "replies_not_applied_once"),
-        (replied(people=replace(REPLIED, replies={"reply-1": ("cancelled",)})),
-         "replies_to_unfinished_runs"),
+        (
+            facts(
+                people=REPLIED,
+                sent=(SentReply("reply-1", "reject", "refused"),),
+                turns_received=2,
+                final_text=FOLLOW_UP,
+            ),
+            "replies_not_applied_once",
+        ),
+        (
+            replied(people=replace(REPLIED, replies={"reply-1": ("cancelled",)})),
+            "replies_to_unfinished_runs",
+        ),
         (replied(status=RunState.AWAITING_MODEL), "replied_runs_unsettled"),
         (replied(turns_received=1), "replied_runs_unsettled"),
         (replied(final_text="Reservation: ok"), "replied_runs_unsettled"),

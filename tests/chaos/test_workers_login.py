@@ -46,8 +46,13 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LockedRedis]:
 @pytest.fixture(scope="module")
 def system(locked: LockedRedis) -> Iterator[LocalSystem]:
     """Every worker and the booking service, the workers logged in as ``workers``."""
-    spec = SystemSpec(services=("booking",), scripted_model=True,
-                      redis_url=locked.url("workers"), key_prefix=PREFIX, grace_s=3.0)
+    spec = SystemSpec(
+        services=("booking",),
+        scripted_model=True,
+        redis_url=locked.url("workers"),
+        key_prefix=PREFIX,
+        grace_s=3.0,
+    )
     with LocalSystem(spec) as started:
         yield started
 
@@ -69,9 +74,14 @@ class Attack:
 
     async def submit(self) -> str:
         """alice's reservation for herself, as a submitting service enqueues it."""
-        spec = {"api": "openai-chat", "model": "chaos-reserve", "input": "hello",
-                "identity": {"user": "alice"}, "max_turns": 4,
-                "allowed_tools": list(load_registry(WORKSHOP).names())}
+        spec = {
+            "api": "openai-chat",
+            "model": "chaos-reserve",
+            "input": "hello",
+            "identity": {"user": "alice"},
+            "max_turns": 4,
+            "allowed_tools": list(load_registry(WORKSHOP).names()),
+        }
         async with CallgateClient(self.locked.settings("submitters")) as client:
             return await client.submit(spec)
 
@@ -93,12 +103,21 @@ class Attack:
     async def approve(self, call: CallRecord) -> None:
         """carol's signed approval, posted on the decisions stream as ``approvers``."""
         assert call.approval_id is not None and call.args_hash is not None
-        claims = approval_claims("approve", run=call.run_id, apr=call.approval_id,
-                                 call=call.call_id, hash=call.args_hash, reason=None,
-                                 jti=new_id())
+        claims = approval_claims(
+            "approve",
+            run=call.run_id,
+            apr=call.approval_id,
+            call=call.call_id,
+            hash=call.args_hash,
+            reason=None,
+            jti=new_id(),
+        )
         token = sign_decision(keyring().signer("carol"), person="carol", claims=claims)
-        await self.post("approvers", "decisions",
-                        SignedDecision(run_id=call.run_id, turn=call.turn, token=token))
+        await self.post(
+            "approvers",
+            "decisions",
+            SignedDecision(run_id=call.run_id, turn=call.turn, token=token),
+        )
 
     async def post(self, user: str, kind: str, message: EnvelopeBase) -> None:
         async with _login(self.locked, user) as redis:
@@ -111,14 +130,16 @@ class Attack:
             await redis.hset(key, "state", state)  # type: ignore[misc]
             if strip:
                 await redis.hdel(key, "approval_id")  # type: ignore[misc]
-        await self.post("workers", "exec",
-                        ExecRequest(run_id=call.run_id, turn=call.turn, call_id=call.call_id))
+        await self.post(
+            "workers", "exec", ExecRequest(run_id=call.run_id, turn=call.turn, call_id=call.call_id)
+        )
 
     async def approval_state(self, call: CallRecord) -> str:
         assert call.approval_id is not None
         async with _login(self.locked, "workers") as redis:
             state = await redis.hget(  # type: ignore[misc]
-                self.keys.approval(call.run_id, call.approval_id), "state")
+                self.keys.approval(call.run_id, call.approval_id), "state"
+            )
         return str(state.decode())
 
     async def reserve_requests(self, run_id: str) -> int:

@@ -89,9 +89,7 @@ def _swap_results(api: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_pairing_by_position_is_caught(
-    matrix: dict[tuple[str, str], Outcome], api: str
-) -> None:
+def test_pairing_by_position_is_caught(matrix: dict[tuple[str, str], Outcome], api: str) -> None:
     outcome = _outcome(matrix, "out-of-order", api)
     assert outcome.observation.last_request is not None
     cell = _broken(outcome, last_request=_swap_results(api, dict(outcome.observation.last_request)))
@@ -183,9 +181,7 @@ def test_a_lost_answer_that_was_never_lost_is_caught(
     outcome = _outcome(matrix, "connection-lost", "anthropic-messages")
     [call] = outcome.observation.calls
     direct = dataclasses.replace(
-        call,
-        path=("requested", "needs_approval", "approved", "executing", "succeeded"),
-        reasons=(),
+        call, path=("requested", "needs_approval", "approved", "executing", "succeeded"), reasons=()
     )
     cell = _broken(outcome, calls=(direct,))
     assert not cell.passed

@@ -27,8 +27,13 @@ from tests.e2e.people import deployment
 API_SIGNS_FOR = ["carol", "alice", "bob", "operator"]
 IDP = "https://idp.example"
 IDP_KEY = Ed25519PrivateKey.generate()
-ISSUERS = {IDP: {"audience": "callgate", "public_keys": [public_key_text(IDP_KEY)],
-                 "algorithms": ["EdDSA"]}}
+ISSUERS = {
+    IDP: {
+        "audience": "callgate",
+        "public_keys": [public_key_text(IDP_KEY)],
+        "algorithms": ["EdDSA"],
+    }
+}
 """An identity provider the API tests' trust file lists."""
 NARROW_KEY = Ed25519PrivateKey.generate()
 NARROW = {"narrow": {"public_key": public_key_text(NARROW_KEY), "users": ["bob"]}}
@@ -37,10 +42,14 @@ API_ENV = {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]", "CALLGATE_API_SSE_B
 MORE_TRUST = {"issuers": ISSUERS, "submitters": NARROW}
 
 
-def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str, ...],
-                   env: Mapping[str, str] | None = None,
-                   more_trust: Mapping[str, Mapping[str, Any]] | None = None,
-                   scenarios: tuple[Path, ...] = ()) -> Iterator[LocalSystem]:
+def api_deployment(
+    redis_server: EmbeddedRedis,
+    home: Path,
+    services: tuple[str, ...],
+    env: Mapping[str, str] | None = None,
+    more_trust: Mapping[str, Mapping[str, Any]] | None = None,
+    scenarios: tuple[Path, ...] = (),
+) -> Iterator[LocalSystem]:
     """Every worker, the scripted model, ``services`` and the API server (``urls["api"]``), on
     a copy of the session's trust file with ``more_trust`` (section → entries) added."""
     keyring = LocalKeyring(home)
@@ -62,8 +71,15 @@ def api_deployment(redis_server: EmbeddedRedis, home: Path, services: tuple[str,
 def idp_token(key: Ed25519PrivateKey, issuer: str, user: str, audience: str = "callgate") -> str:
     """An identity provider's JWT for ``user`` (its roles claim says admin: it must not count)."""
     now = int(time.time())
-    claims = {"iss": issuer, "aud": audience, "sub": user, "roles": ["admin"], "iat": now,
-              "exp": now + 300, "jti": uuid.uuid4().hex}
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "sub": user,
+        "roles": ["admin"],
+        "iat": now,
+        "exp": now + 300,
+        "jti": uuid.uuid4().hex,
+    }
     return jwt.encode(claims, key, algorithm="EdDSA")
 
 
@@ -76,16 +92,18 @@ def expired_token(system: LocalSystem, name: str) -> str:
     """``name``'s own key, a token that expired an hour ago."""
     now = int(time.time())
     claims = {"sub": name, "typ": ACCESS_TYPE, "iat": now - 4000, "exp": now - 3600, "jti": "x"}
-    return jwt.encode(claims, signer_of(system.settings, name).key, algorithm="EdDSA",
-                      headers={"kid": name})
+    return jwt.encode(
+        claims, signer_of(system.settings, name).key, algorithm="EdDSA", headers={"kid": name}
+    )
 
 
 def foreign_token(name: str) -> str:
     """A token naming ``name`` but signed by a key the deployment does not know."""
     now = int(time.time())
     claims = {"sub": name, "typ": ACCESS_TYPE, "iat": now, "exp": now + 60, "jti": "y"}
-    return jwt.encode(claims, Ed25519PrivateKey.generate(), algorithm="EdDSA",
-                      headers={"kid": name})
+    return jwt.encode(
+        claims, Ed25519PrivateKey.generate(), algorithm="EdDSA", headers={"kid": name}
+    )
 
 
 def bad_tokens(system: LocalSystem, name: str) -> dict[str, dict[str, Any]]:

@@ -25,13 +25,22 @@ TRAVEL = ["get_train_status", "get_weather"]
 View = dict[str, Any]
 
 
-def deployment(redis_server: EmbeddedRedis, services: tuple[str, ...],
-               env: Mapping[str, str] | None = None,
-               scenarios: tuple[Path, ...] = ()) -> Iterator[LocalSystem]:
+def deployment(
+    redis_server: EmbeddedRedis,
+    services: tuple[str, ...],
+    env: Mapping[str, str] | None = None,
+    scenarios: tuple[Path, ...] = (),
+) -> Iterator[LocalSystem]:
     """Every worker, the scripted model (also playing ``scenarios``' folders) and
     ``services``, on the session's Redis."""
-    spec = SystemSpec(services=services, scripted_model=True, redis_url=redis_server.url,
-                      env=dict(env or {}), grace_s=3.0, scenarios=scenarios)
+    spec = SystemSpec(
+        services=services,
+        scripted_model=True,
+        redis_url=redis_server.url,
+        env=dict(env or {}),
+        grace_s=3.0,
+        scenarios=scenarios,
+    )
     with LocalSystem(spec) as running:
         yield running
 
@@ -54,15 +63,25 @@ async def http(system: LocalSystem, service: str, method: str, path: str, body: 
         return await r.json()
 
 
-async def submit(client: CallgateClient, api: str, model: str, tools: list[str],
-                 input: str = "go", **extra: Any) -> str:
+async def submit(
+    client: CallgateClient, api: str, model: str, tools: list[str], input: str = "go", **extra: Any
+) -> str:
     """Start a run for alice with the scripted ``model``, allowed ``tools``; its run id."""
-    return await client.submit({"api": api, "model": model, "input": input,
-                                "identity": {"user": "alice"}, "allowed_tools": tools, **extra})
+    return await client.submit(
+        {
+            "api": api,
+            "model": model,
+            "input": input,
+            "identity": {"user": "alice"},
+            "allowed_tools": tools,
+            **extra,
+        }
+    )
 
 
-async def until(client: CallgateClient, run_id: str, done: Callable[[View], bool],
-                timeout_s: float = 30) -> View:
+async def until(
+    client: CallgateClient, run_id: str, done: Callable[[View], bool], timeout_s: float = 30
+) -> View:
     """The run's view once ``done`` says so (the run may not exist yet)."""
     deadline = time.monotonic() + timeout_s
     view: View = {}

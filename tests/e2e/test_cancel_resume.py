@@ -26,8 +26,9 @@ pytestmark = pytest.mark.slow
 
 
 async def model_requests(system: LocalSystem, scenario: str) -> int:
-    return len([e for e in await http(system, "model", "GET", "/_log")
-                if e["scenario"] == scenario])
+    return len(
+        [e for e in await http(system, "model", "GET", "/_log") if e["scenario"] == scenario]
+    )
 
 
 async def test_cancel_with_a_write_in_flight_keeps_its_true_outcome(
@@ -41,8 +42,9 @@ async def test_cancel_with_a_write_in_flight_keeps_its_true_outcome(
     await until(client, run_id, lambda v: v["calls"][0]["state"] == "executing")
     asked = await model_requests(system, "conf-reserve")
 
-    code, said = await control(client, run_id, "cancel", signer_of(system.settings, "alice"),
-                               reason="changed plans")
+    code, said = await control(
+        client, run_id, "cancel", signer_of(system.settings, "alice"), reason="changed plans"
+    )
     assert code == 0, said
     assert (await client.view(run_id))["status"] == "cancelled"
     view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "succeeded")
@@ -95,11 +97,13 @@ async def test_a_run_handed_off_at_its_turn_budget_resumes_with_a_larger_one(
     run_id = await submit(client, api, "travel-parallel", TRAVEL, max_turns=1)
     view = await until(client, run_id, status("handed_off"))
     assert "turn budget" in (view.get("reason") or ""), view
-    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"),
-                               max_turns=1)
+    code, said = await control(
+        client, run_id, "resume", signer_of(system.settings, "alice"), max_turns=1
+    )
     assert code == 1 and "no room" in said, said
-    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"),
-                               max_turns=2)
+    code, said = await control(
+        client, run_id, "resume", signer_of(system.settings, "alice"), max_turns=2
+    )
     assert code == 0, said
     await until(client, run_id, status("completed"))
     run = await client.ledger.get_run(run_id)

@@ -43,8 +43,9 @@ async def test_a_follow_up_is_answered_from_the_whole_history(
 async def test_a_reply_to_a_busy_run_is_refused_or_admitted_once(
     system: LocalSystem, client: CallgateClient
 ) -> None:
-    run_id = await submit(client, "openai-chat", "reserve-then-chat", ["reserve_seat"],
-                          input="book")
+    run_id = await submit(
+        client, "openai-chat", "reserve-then-chat", ["reserve_seat"], input="book"
+    )
     paused = await until(client, run_id, status("paused_approval"))
     refused = await client.reply(run_id, "anything else?")
     with pytest.raises(JobFailedError, match="reply is taken only when it has completed"):

@@ -24,16 +24,25 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "callgate.ops.cli"]
-NOT_EXPORTED = ("REDIS_URL", "CALLGATE_KEY_PREFIX", "CALLGATE_TRUST_FILE", "CALLGATE_TOOL_MODULES",
-                "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+NOT_EXPORTED = (
+    "REDIS_URL",
+    "CALLGATE_KEY_PREFIX",
+    "CALLGATE_TRUST_FILE",
+    "CALLGATE_TOOL_MODULES",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+)
 """What a fresh terminal does not have."""
 
 
 def readme_run_commands() -> list[list[str]]:
     """README's `callgate run … --model travel-parallel …` examples, as their arguments."""
     readme = (ROOT / "README.md").read_text()
-    found = re.finditer(r"callgate run --api openai-chat --model travel-parallel(?:\\\n|[^\n])*",
-                        readme)
+    found = re.finditer(
+        r"callgate run --api openai-chat --model travel-parallel(?:\\\n|[^\n])*", readme
+    )
     commands = []
     for match in found:
         words = shlex.split(match.group(0).replace("\\\n", " "))
@@ -59,11 +68,20 @@ def wait_for(path: Path, process: subprocess.Popen[bytes], log: Path, timeout_s:
 def dev(redis_server: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A running `callgate dev` on the session's Redis with a fresh prefix; (home, its log)."""
     home, log = tmp_path / "home", tmp_path / "dev.log"
-    env = {**fresh_terminal(home), "REDIS_URL": redis_server.url,
-           "CALLGATE_KEY_PREFIX": f"dev{uuid.uuid4().hex[:8]}"}
+    env = {
+        **fresh_terminal(home),
+        "REDIS_URL": redis_server.url,
+        "CALLGATE_KEY_PREFIX": f"dev{uuid.uuid4().hex[:8]}",
+    }
     with log.open("wb") as out:
-        process = subprocess.Popen([*CLI, "dev", "--grace", "3"], env=env, cwd=tmp_path,
-                                   stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        process = subprocess.Popen(
+            [*CLI, "dev", "--grace", "3"],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
     try:
         wait_for(home / "dev.json", process, log, 60)
         yield home, log
@@ -86,8 +104,14 @@ def logged(log: Path, pattern: str, timeout_s: float = 10) -> str:
 
 
 def callgate(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], env=fresh_terminal(home), capture_output=True,
-                          text=True, timeout=90, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [*CLI, *args],
+        env=fresh_terminal(home),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_readme_run_finds_the_dev_deployment_with_nothing_exported(

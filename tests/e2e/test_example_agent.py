@@ -49,8 +49,13 @@ class NotesAgent:
             return await reply.json()
 
     async def submit(self, api: str, title: str) -> str:
-        spec = {"api": api, "model": "notes-agent", "input": title,
-                "identity": {"user": "alice"}, "allowed_tools": ["search_notes", "add_note"]}
+        spec = {
+            "api": api,
+            "model": "notes-agent",
+            "input": title,
+            "identity": {"user": "alice"},
+            "allowed_tools": ["search_notes", "add_note"],
+        }
         async with CallgateClient(self.system.settings) as client:
             return await client.submit(spec)
 
@@ -69,8 +74,11 @@ class NotesAgent:
     def callgate(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The `callgate` command, as a person at this deployment's terminal runs it."""
         return subprocess.run(
-            [sys.executable, "-m", "callgate.ops.cli", *args], env=self.system.env,
-            capture_output=True, text=True, timeout=60,
+            [sys.executable, "-m", "callgate.ops.cli", *args],
+            env=self.system.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     async def trace_text(self, run_id: str) -> str:
@@ -80,9 +88,9 @@ class NotesAgent:
 
 
 @pytest.fixture(scope="module")
-def agent(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    NotesAgent
-]:
+def agent(
+    redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NotesAgent]:
     """The example deployed: its own keyring (carol is an ``editor``), its tools on the
     workers' PYTHONPATH, its notes service and scenarios."""
     home = tmp_path_factory.mktemp("notes-home")
@@ -102,12 +110,28 @@ def agent(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory)
         "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6, 1.2]",
         "CALLGATE_CLAIM_IDLE_MS": "1000",
     }
-    spec = SystemSpec(services=(), scripted_model=False, redis_url=redis_server.url,
-                      tool_modules=("notes_agent.tools",), env=env, grace_s=3.0)
+    spec = SystemSpec(
+        services=(),
+        scripted_model=False,
+        redis_url=redis_server.url,
+        tool_modules=("notes_agent.tools",),
+        env=env,
+        grace_s=3.0,
+    )
     with LocalSystem(spec) as system:
         # The workers ask the model and the service only once a run arrives.
-        system.start_listener("model", [sys.executable, "-m", "callgate.standins.scripted_model",
-                                        "--port", str(model_port), "--scenarios", str(SCENARIOS)])
+        system.start_listener(
+            "model",
+            [
+                sys.executable,
+                "-m",
+                "callgate.standins.scripted_model",
+                "--port",
+                str(model_port),
+                "--scenarios",
+                str(SCENARIOS),
+            ],
+        )
         system.start_listener(
             "notes", [sys.executable, "-m", "notes_agent.service", "--port", str(notes_port)]
         )
@@ -122,7 +146,9 @@ async def test_a_team_note_waits_for_carol_then_is_written_once(
     run_id = await agent.submit(api, title)
     view = await agent.until(run_id, "paused_approval")
     assert [(c["tool"], c["state"]) for c in view["calls"]] == [
-        ("search_notes", "succeeded"), ("add_note", "needs_approval")], view
+        ("search_notes", "succeeded"),
+        ("add_note", "needs_approval"),
+    ], view
     assert (await agent.notes("GET", "/_stats"))["notes"].get(title) is None
 
     listed = agent.callgate("approvals", "--json")
@@ -150,8 +176,11 @@ async def test_a_lost_answer_is_reconciled_by_operation_id_never_written_again(
     title = f"standup lost answer {uuid.uuid4().hex[:6]}"
     run_id = await agent.submit("openai-chat", title)
     await agent.until(run_id, "paused_approval")
-    [approval] = [a for a in orjson.loads(agent.callgate("approvals", "--json").stdout)
-                  if a["run_id"] == run_id]
+    [approval] = [
+        a
+        for a in orjson.loads(agent.callgate("approvals", "--json").stdout)
+        if a["run_id"] == run_id
+    ]
     assert agent.callgate("approve", approval["approval_id"], "--as", "carol").returncode == 0
 
     view = await agent.until(run_id, "completed", "failed", "paused_unknown_outcome")

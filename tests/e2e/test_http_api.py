@@ -31,8 +31,10 @@ from tests.e2e.people import TRAVEL, connected, http, status, until
 
 pytestmark = pytest.mark.slow
 
-LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
-                         "lookup": {"mode": "lookup_unknown"}}
+LOST_AND_INCONCLUSIVE = {
+    "reserve": {"mode": "commit_then_drop", "count": 1},
+    "lookup": {"mode": "lookup_unknown"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,14 @@ async def api(system: LocalSystem) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def spec(model: str, tools: list[str], user: str = "alice", **extra: Any) -> dict[str, Any]:
-    return {"api": "openai-chat", "model": model, "input": "go", "identity": {"user": user},
-            "allowed_tools": tools, **extra}
+    return {
+        "api": "openai-chat",
+        "model": model,
+        "input": "go",
+        "identity": {"user": user},
+        "allowed_tools": tools,
+        **extra,
+    }
 
 
 async def start(system: LocalSystem, api: httpx.AsyncClient, body: dict[str, Any]) -> str:
@@ -65,8 +73,14 @@ async def start(system: LocalSystem, api: httpx.AsyncClient, body: dict[str, Any
     return run_id
 
 
-async def attacked(system: LocalSystem, api: httpx.AsyncClient, method: str, path: str,
-                   body: Any = None, as_whom: str = "carol") -> None:
+async def attacked(
+    system: LocalSystem,
+    api: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    as_whom: str = "carol",
+) -> None:
     """Every unverifiable caller gets a 401 problem saying what to do, never a traceback."""
     for kind, headers in bad_tokens(system, as_whom).items():
         answer = await api.request(method, path, json=body, headers=headers)
@@ -77,8 +91,9 @@ async def attacked(system: LocalSystem, api: httpx.AsyncClient, method: str, pat
         assert "Traceback" not in answer.text
 
 
-async def forbidden(system: LocalSystem, api: httpx.AsyncClient, path: str, whom: str,
-                    body: Any = None) -> str:
+async def forbidden(
+    system: LocalSystem, api: httpx.AsyncClient, path: str, whom: str, body: Any = None
+) -> str:
     answer = await api.post(path, json=body, headers=auth(system, whom))
     assert answer.status_code == 403, answer.text
     detail: str = answer.json()["detail"]
@@ -96,17 +111,18 @@ async def test_submit_is_idempotent_and_refuses_the_wrong_callers(
     await attacked(system, api, "POST", "/runs", body, as_whom="local")
     said = await forbidden(system, api, "/runs", "carol", body)
     assert "submitting service" in said
-    assert "may not vouch for user 'alice'" in await forbidden(system, api, "/runs", "narrow",
-                                                                body)
+    assert "may not vouch for user 'alice'" in await forbidden(system, api, "/runs", "narrow", body)
     run_id = await start(system, api, body)
     await until(client, run_id, status("completed"))
     again = await api.post("/runs", json=body, headers=auth(system, "local"))
     assert (again.status_code, again.json()) == (200, {"run_id": run_id, "created": False})
-    other = await api.post("/runs", json={**body, "input": "something else"},
-                           headers=auth(system, "local"))
+    other = await api.post(
+        "/runs", json={**body, "input": "something else"}, headers=auth(system, "local")
+    )
     assert other.status_code == 409 and "another spec" in other.json()["detail"]
-    bad = await api.post("/runs", json={**body, "tool_modules": ["os"]},
-                         headers=auth(system, "local"))
+    bad = await api.post(
+        "/runs", json={**body, "tool_modules": ["os"]}, headers=auth(system, "local")
+    )
     assert bad.status_code == 422 and "Traceback" not in bad.text
     assert (await client.view(run_id))["final_text"] == "The capital of PotatoLand is Potato City."
 
@@ -135,20 +151,27 @@ async def test_list_pages_by_cursor_and_view_shows_the_calls(
         later = await start(system, api, spec("final-answer", [], user=user))
     assert sorted(seen) == sorted(ids) and len(seen) == 3, "each run once, the later one not"
     await until(client, later, status("completed"))
-    done = await api.get("/runs", params={"user": user, "status": "completed", "limit": 10},
-                         headers=auth(system, "carol"))
+    done = await api.get(
+        "/runs",
+        params={"user": user, "status": "completed", "limit": 10},
+        headers=auth(system, "carol"),
+    )
     rows = [row["run_id"] for row in done.json()["runs"]]
     assert rows[0] == later and sorted(rows[1:]) == sorted(ids), "newest first"
     run = await client.ledger.get_run(later)
     assert run is not None
-    for query, wanted in (({"until": wall_clock(run.created_ms - 1)}, sorted(ids)),
-                          ({"since": wall_clock(run.created_ms)}, [later]),
-                          ({"tool": "reserve_seat"}, [])):
-        found = await api.get("/runs", params={"user": user, **query},
-                              headers=auth(system, "carol"))
+    for query, wanted in (
+        ({"until": wall_clock(run.created_ms - 1)}, sorted(ids)),
+        ({"since": wall_clock(run.created_ms)}, [later]),
+        ({"tool": "reserve_seat"}, []),
+    ):
+        found = await api.get(
+            "/runs", params={"user": user, **query}, headers=auth(system, "carol")
+        )
         assert sorted(row["run_id"] for row in found.json()["runs"]) == wanted, query
-    none = await api.get("/runs", params={"user": user, "status": "failed"},
-                         headers=auth(system, "carol"))
+    none = await api.get(
+        "/runs", params={"user": user, "status": "failed"}, headers=auth(system, "carol")
+    )
     assert none.json() == {"runs": [], "next_cursor": None}
     bad = await api.get("/runs", params={"status": "nope"}, headers=auth(system, "carol"))
     assert bad.status_code == 422 and "status:" in bad.json()["detail"]
@@ -210,18 +233,30 @@ async def test_a_relayed_decision_is_verified_like_slacks_and_a_denial_applies(
     for delegate, person in (("api", "dave"), ("slack", "bob")):
         after = await desk.last_event_id(run_id)
         jti = new_id()
-        claims = approval_claims("approve", run=run_id, apr=record.approval_id,
-                                 call=record.call_id, hash=record.args_hash, reason=None, jti=jti)
+        claims = approval_claims(
+            "approve",
+            run=run_id,
+            apr=record.approval_id,
+            call=record.call_id,
+            hash=record.args_hash,
+            reason=None,
+            jti=jti,
+        )
         forged = sign_decision(signer_of(system.settings, delegate), person=person, claims=claims)
         message = await desk.post_signed(run_id, record.turn, forged, jti)
         verdicts[delegate] = await desk.wait_outcome(message, after, 10)
     assert verdicts["api"] is not None and verdicts["slack"] is not None
     assert (verdicts["api"].applied, verdicts["api"].reason) == (False, "api may not sign for dave")
-    assert (verdicts["slack"].applied, verdicts["slack"].reason) == (False,
-                                                                     "slack may not sign for bob")
+    assert (verdicts["slack"].applied, verdicts["slack"].reason) == (
+        False,
+        "slack may not sign for bob",
+    )
     assert (await client.view(run_id))["status"] == "paused_approval"
-    denied = await api.post(path.replace("/approve", "/deny"), json={"reason": "not today"},
-                            headers=auth(system, "carol"))
+    denied = await api.post(
+        path.replace("/approve", "/deny"),
+        json={"reason": "not today"},
+        headers=auth(system, "carol"),
+    )
     assert denied.status_code == 200 and denied.json()["event"] == "approval.denied"
     view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "denied")
     assert "not today" in (view["calls"][0]["reason"] or "")
@@ -239,8 +274,9 @@ async def test_cancel_and_resume_need_the_runs_user_or_an_operator(
         said = await forbidden(system, api, f"/runs/{run_id}/{act}", "bob")
         assert "neither the run's user nor holds the role operator" in said
         assert "api.forbidden" in await event_types(client, run_id)
-    cancelled = await api.post(f"/runs/{paused}/cancel", json={"reason": "changed plans"},
-                               headers=auth(system, "alice"))
+    cancelled = await api.post(
+        f"/runs/{paused}/cancel", json={"reason": "changed plans"}, headers=auth(system, "alice")
+    )
     assert cancelled.status_code == 200 and cancelled.json()["event"] == "run.cancelled"
     assert (await client.view(paused))["status"] == "cancelled"
     again = await api.post(f"/runs/{paused}/cancel", headers=auth(system, "operator"))
@@ -258,7 +294,8 @@ async def test_reply_is_a_submitting_services_within_its_grants(
     path = f"/runs/{run_id}/reply"
     await attacked(system, api, "POST", path, {"input": "more?"}, as_whom="local")
     assert "a reply is sent by a submitting service" in await forbidden(
-        system, api, path, "alice", {"input": "more?"})
+        system, api, path, "alice", {"input": "more?"}
+    )
     answer = await api.post(path, json={"input": "And then?"}, headers=auth(system, "local"))
     assert answer.status_code == 200 and answer.json()["admitted"] is True, answer.text
     assert "run.reply" in await event_types(client, run_id)
@@ -272,8 +309,9 @@ async def test_resolve_an_unknown_outcome_through_the_api(
     await until(client, run_id, status("paused_approval"))
     call = await client.ledger.get_call(run_id, "t1.0")
     assert call is not None
-    approved = await api.post(f"/approvals/{call.approval_id}/approve",
-                              headers=auth(system, "carol"))
+    approved = await api.post(
+        f"/approvals/{call.approval_id}/approve", headers=auth(system, "carol")
+    )
     assert approved.status_code == 200, approved.text
     await until(client, run_id, status("paused_unknown_outcome"))
     inbox = (await api.get("/inbox", headers=auth(system, "carol"))).json()

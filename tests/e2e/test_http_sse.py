@@ -51,8 +51,9 @@ async def frames(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
         frame[name] = value.removeprefix(" ")
 
 
-async def read_events(api: httpx.AsyncClient, path: str, headers: dict[str, str],
-                      stop: Any) -> list[dict[str, str]]:
+async def read_events(
+    api: httpx.AsyncClient, path: str, headers: dict[str, str], stop: Any
+) -> list[dict[str, str]]:
     """Frames until ``stop(frame)`` says so (the connection is then dropped) or the end."""
     got: list[dict[str, str]] = []
     async with api.stream("GET", path, headers={**SSE, **headers}) as response:
@@ -71,8 +72,13 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
     system: LocalSystem, client: CallgateClient
 ) -> None:
     async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
-        body = {"api": "anthropic-messages", "model": "conf-reserve", "input": "book",
-                "identity": {"user": "alice"}, "allowed_tools": ["reserve_seat"]}
+        body = {
+            "api": "anthropic-messages",
+            "model": "conf-reserve",
+            "input": "book",
+            "identity": {"user": "alice"},
+            "allowed_tools": ["reserve_seat"],
+        }
         started = await api.post("/runs", json=body, headers=auth(system, "local"))
         run_id = started.json()["run_id"]
         await until(client, run_id, status("paused_approval"))
@@ -80,8 +86,9 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
         refused = await api.get(path, headers=SSE)
         assert refused.status_code == 401
 
-        first = await read_events(api, path, auth(system, "carol"),
-                                  lambda f: f["event"] == "approval.requested")
+        first = await read_events(
+            api, path, auth(system, "carol"), lambda f: f["event"] == "approval.requested"
+        )
         assert first and first[-1]["event"] == "approval.requested"
         # Dropped mid-run: what happens now is written while nobody listens.  carol signs in
         # through the identity provider: her roles are the trust file's, not the token's.
@@ -96,8 +103,9 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
         carol = {"Authorization": f"Bearer {idp_token(IDP_KEY, IDP, 'carol')}"}
         approved = await api.post(path_approve, headers=carol)
         assert approved.status_code == 200, approved.text
-        rest = await read_events(api, path, {**auth(system, "carol"),
-                                             "Last-Event-ID": first[-1]["id"]}, lambda f: False)
+        rest = await read_events(
+            api, path, {**auth(system, "carol"), "Last-Event-ID": first[-1]["id"]}, lambda f: False
+        )
 
         stored = [e.id for e in await client.events(run_id)]
         received = [f["id"] for f in first + rest]
@@ -109,15 +117,16 @@ async def test_a_client_that_reconnects_gets_every_event_once_in_order(
 
         listed = (await api.get(path, headers=auth(system, "carol"))).json()
         assert [e["id"] for e in listed["events"]] == stored
-        after = (await api.get(path, params={"after": first[-1]["id"]},
-                               headers=auth(system, "carol"))).json()
+        after = (
+            await api.get(path, params={"after": first[-1]["id"]}, headers=auth(system, "carol"))
+        ).json()
         assert [e["id"] for e in after["events"]] == [f["id"] for f in rest]
         bad = await api.get(path, headers={**auth(system, "carol"), "Last-Event-ID": "x"})
         assert bad.status_code == 422
 
 
 async def test_the_served_openapi_document_and_problems_for_every_mistake(
-    system: LocalSystem
+    system: LocalSystem,
 ) -> None:
     async with httpx.AsyncClient(base_url=system.urls["api"], timeout=20) as api:
         doc = (await api.get("/openapi.json")).json()

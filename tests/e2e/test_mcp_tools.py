@@ -50,7 +50,9 @@ class McpHttpServer:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER), str(self.state), "http", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             with socket.socket() as sock:
@@ -80,8 +82,9 @@ def _events(state: Path) -> list[dict[str, Any]]:
 
 
 class Deployment:
-    def __init__(self, system: LocalSystem, shop: McpHttpServer, stdio_state: Path,
-                 trusted_stdio_state: Path) -> None:
+    def __init__(
+        self, system: LocalSystem, shop: McpHttpServer, stdio_state: Path, trusted_stdio_state: Path
+    ) -> None:
         self.system = system
         self.shop = shop
         self.stdio_state = stdio_state
@@ -92,8 +95,14 @@ class Deployment:
         return self.shop.events() if transport == "http" else _events(self.trusted_stdio_state)
 
     async def run(self, scenario: str, tools: list[str], api: str = API) -> dict[str, Any]:
-        spec = {"api": api, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
-                "allowed_tools": tools, "max_turns": 4}
+        spec = {
+            "api": api,
+            "model": scenario,
+            "input": "Go.",
+            "identity": {"user": "alice"},
+            "allowed_tools": tools,
+            "max_turns": 4,
+        }
         async with CallgateClient(self.system.settings) as client:
             run_id = await client.submit(spec)
             await client.wait(run_id, 30)
@@ -107,29 +116,53 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[Deployment]:
+def deployment(
+    redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
     shop_state, stdio_state = tmp_path_factory.mktemp("shop"), tmp_path_factory.mktemp("local")
     trusted_stdio_state = tmp_path_factory.mktemp("tlocal")
     shop = McpHttpServer(shop_state)
     shop.start()
     servers = [
-        {"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
-         "tools": {"cancel_order": {"lookup": "find_cancellation"},
-                   "set_price": {"approval": "events-lead", "resource_key": "item"}}},
-        {"name": "local", "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
-         "trusted": False, "prefix": "local__", "timeout_s": 1.5,
-         "tools": {"set_status": {"effect": "idempotent_write"}}},
-        {"name": "tlocal", "command": [sys.executable, str(SERVER), str(trusted_stdio_state),
-                                       "stdio"],
-         "trusted": True, "timeout_s": 1.5,
-         "tools": {"cancel_order": {"lookup": "find_cancellation"}}},
+        {
+            "name": "shop",
+            "url": shop.url,
+            "trusted": True,
+            "timeout_s": 1.5,
+            "tools": {
+                "cancel_order": {"lookup": "find_cancellation"},
+                "set_price": {"approval": "events-lead", "resource_key": "item"},
+            },
+        },
+        {
+            "name": "local",
+            "command": [sys.executable, str(SERVER), str(stdio_state), "stdio"],
+            "trusted": False,
+            "prefix": "local__",
+            "timeout_s": 1.5,
+            "tools": {"set_status": {"effect": "idempotent_write"}},
+        },
+        {
+            "name": "tlocal",
+            "command": [sys.executable, str(SERVER), str(trusted_stdio_state), "stdio"],
+            "trusted": True,
+            "timeout_s": 1.5,
+            "tools": {"cancel_order": {"lookup": "find_cancellation"}},
+        },
         {"name": "shopu", "url": shop.url, "trusted": False, "timeout_s": 1.5},
     ]
-    spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
-                      tool_modules=(), scenarios=(SCENARIOS,), grace_s=3.0,
-                      env={"CALLGATE_MCP_SERVERS": json.dumps(servers),
-                           "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]"})
+    spec = SystemSpec(
+        services=(),
+        scripted_model=True,
+        redis_url=redis_server.url,
+        tool_modules=(),
+        scenarios=(SCENARIOS,),
+        grace_s=3.0,
+        env={
+            "CALLGATE_MCP_SERVERS": json.dumps(servers),
+            "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
+        },
+    )
     try:
         with LocalSystem(spec) as system:
             yield Deployment(system, shop, stdio_state, trusted_stdio_state)
@@ -138,8 +171,11 @@ def deployment(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFac
 
 
 def _states(events: list[Event], call_id: str) -> list[Any]:
-    return [e.data["to"] for e in events
-            if e.type == "call.transition" and e.data.get("call_id") == call_id]
+    return [
+        e.data["to"]
+        for e in events
+        if e.type == "call.transition" and e.data.get("call_id") == call_id
+    ]
 
 
 READS = [(api, "http", f"mcp-reads-{api}", "shop__forecast", api) for api in APIS]
@@ -153,9 +189,14 @@ async def test_two_reads_run_in_parallel(
     view = await deployment.run(scenario, [tool], api)
     assert view["status"] == "completed", view
     assert [c["result"]["payload"] for c in view["calls"]] == [
-        {"city": f"Paris {tag}", "sky": "clear"}, {"city": f"Rome {tag}", "sky": "clear"}]
-    marks = [e for e in deployment.server_events(transport) if e.get("tool") == "forecast"
-             and e["city"] in (f"Paris {tag}", f"Rome {tag}")]
+        {"city": f"Paris {tag}", "sky": "clear"},
+        {"city": f"Rome {tag}", "sky": "clear"},
+    ]
+    marks = [
+        e
+        for e in deployment.server_events(transport)
+        if e.get("tool") == "forecast" and e["city"] in (f"Paris {tag}", f"Rome {tag}")
+    ]
     starts = [e["t"] for e in marks if e["event"] == "start"]
     ends = [e["t"] for e in marks if e["event"] == "end"]
     assert len(starts) == len(ends) == 2
@@ -175,8 +216,10 @@ async def test_an_idempotent_tool_gets_the_operation_id_in_meta(deployment: Depl
     assert view["status"] == "completed", view
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.IDEMPOTENT_WRITE
-    assert view["calls"][0]["result"]["payload"] == {"status": "open",
-                                                     "operation_id": record.operation_id}
+    assert view["calls"][0]["result"]["payload"] == {
+        "status": "open",
+        "operation_id": record.operation_id,
+    }
 
 
 CANCELS = [(api, "http", "mcp-cancel", "shop__cancel_order") for api in APIS]
@@ -191,31 +234,45 @@ async def test_a_destructive_call_whose_answer_is_lost_is_reconciled_not_resent(
     assert view["status"] == "completed", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
-    assert _states(events, record.call_id) == ["allowed", "executing", "unknown", "reconciling",
-                                               "succeeded"]
+    assert _states(events, record.call_id) == [
+        "allowed",
+        "executing",
+        "unknown",
+        "reconciling",
+        "succeeded",
+    ]
     assert view["calls"][0]["result"]["payload"] == {"cancelled": "slow"}
-    mine = [e for e in deployment.server_events(transport)
-            if e.get("operation_id") == record.operation_id]
+    mine = [
+        e
+        for e in deployment.server_events(transport)
+        if e.get("operation_id") == record.operation_id
+    ]
     assert [e["event"] for e in mine if e.get("tool") == "cancel_order"] == ["commit"]
     assert any(e["event"] == "lookup" and e["found"] for e in mine)
 
 
-async def test_a_lost_answer_without_a_lookup_waits_for_a_person(
-    deployment: Deployment,
-) -> None:
+async def test_a_lost_answer_without_a_lookup_waits_for_a_person(deployment: Deployment) -> None:
     view = await deployment.run("mcp-cancel-unlooked", ["local__cancel_order"])
     assert view["status"] == "paused_unknown_outcome", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE
-    assert _states(events, record.call_id) == ["allowed", "executing", "unknown", "reconciling",
-                                               "unresolved"]
-    commits = [e for e in _events(deployment.stdio_state)
-               if e.get("operation_id") == record.operation_id]
+    assert _states(events, record.call_id) == [
+        "allowed",
+        "executing",
+        "unknown",
+        "reconciling",
+        "unresolved",
+    ]
+    commits = [
+        e for e in _events(deployment.stdio_state) if e.get("operation_id") == record.operation_id
+    ]
     assert [e["event"] for e in commits] == ["commit"]  # sent once, never again
 
 
-@pytest.mark.parametrize(("scenario", "tool"), [("mcp-untrusted", "local__forecast"),
-                                                ("mcp-untrusted-http", "shopu__forecast")])
+@pytest.mark.parametrize(
+    ("scenario", "tool"),
+    [("mcp-untrusted", "local__forecast"), ("mcp-untrusted-http", "shopu__forecast")],
+)
 async def test_an_untrusted_servers_read_only_hint_is_not_believed(
     deployment: Deployment, scenario: str, tool: str
 ) -> None:
@@ -224,8 +281,10 @@ async def test_an_untrusted_servers_read_only_hint_is_not_believed(
     record, _ = await deployment.call_and_events(view)
     assert record.effect is Effect.WRITE  # readOnlyHint: true, but the server is not trusted
     assert view["calls"][0]["effect"] == "write"  # as `callgate view --json` shows it
-    assert record.effect_source == ("default: untrusted server, annotations ignored; no lookup: "
-                                    "a lost answer waits for a person")
+    assert record.effect_source == (
+        "default: untrusted server, annotations ignored; no lookup: "
+        "a lost answer waits for a person"
+    )
     assert view["calls"][0]["result"]["payload"] == {"city": "Oslo", "sky": "clear"}
 
 
@@ -253,12 +312,19 @@ async def test_the_deployments_override_decides_the_effect_and_the_log_says_so(
     assert view["status"] == "completed", view
     record, events = await deployment.call_and_events(view)
     assert record.effect is Effect.IDEMPOTENT_WRITE  # the untrusted server's hint alone is not
-    assert view["calls"][0]["result"]["payload"] == {"status": "closed",
-                                                     "operation_id": record.operation_id}
-    [decided] = [e["data"] for e in as_json(events)  # as `callgate trace --json` shows it
-                 if e["type"] == "call.transition" and e["data"]["to"] == "allowed"]
+    assert view["calls"][0]["result"]["payload"] == {
+        "status": "closed",
+        "operation_id": record.operation_id,
+    }
+    [decided] = [
+        e["data"]
+        for e in as_json(events)  # as `callgate trace --json` shows it
+        if e["type"] == "call.transition" and e["data"]["to"] == "allowed"
+    ]
     assert (decided["effect"], decided["effect_source"]) == (
-        "idempotent_write", "override: the deployment's policy for the tool")
+        "idempotent_write",
+        "override: the deployment's policy for the tool",
+    )
 
 
 async def test_a_changed_tool_does_not_run_under_the_approval_of_its_old_version(
@@ -268,9 +334,16 @@ async def test_a_changed_tool_does_not_run_under_the_approval_of_its_old_version
     a call of it waits for a person; the approval is for the tool the person saw, so the call
     must not run under it."""
     async with CallgateClient(deployment.system.settings) as client:
-        run_id = await client.submit({"api": API, "model": "mcp-price", "input": "Go.",
-                                      "identity": {"user": "alice"}, "max_turns": 4,
-                                      "allowed_tools": ["shop__set_price"]})
+        run_id = await client.submit(
+            {
+                "api": API,
+                "model": "mcp-price",
+                "input": "Go.",
+                "identity": {"user": "alice"},
+                "max_turns": 4,
+                "allowed_tools": ["shop__set_price"],
+            }
+        )
         view = await until(client, run_id, status("paused_approval"))
         record = await client.ledger.get_call(run_id, view["calls"][0]["call_id"])
         assert record is not None and record.resource_key == "mcp:shop:tea"
@@ -292,7 +365,7 @@ async def _until_listed(shop: McpHttpServer, workers: int) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         events = [e["event"] for e in shop.events()]
-        since = events[len(events) - 1 - events[::-1].index("evolved"):]
+        since = events[len(events) - 1 - events[::-1].index("evolved") :]
         if since.count("listed") >= workers:
             return
         await asyncio.sleep(0.05)

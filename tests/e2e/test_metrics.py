@@ -42,8 +42,15 @@ async def served(settings: Settings) -> AsyncIterator[str]:
     endpoint = MetricsApp(settings)
     route = metrics_route(endpoint)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(Starlette(routes=[route]), host="127.0.0.1",
-                                           port=port, lifespan="off", log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            Starlette(routes=[route]),
+            host="127.0.0.1",
+            port=port,
+            lifespan="off",
+            log_level="warning",
+        )
+    )
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -60,8 +67,11 @@ async def scrape(url: str) -> Samples:
         assert reply.status == 200
         assert reply.headers["Content-Type"].startswith("text/plain; version=")
         text = await reply.text()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:
@@ -84,9 +94,15 @@ async def test_metrics_after_real_runs_count_runs_calls_waits_and_pending(
     async with CallgateClient(system.settings) as client:
         runs = []
         for decide in (approve, deny):
-            run_id = await client.submit({"api": "anthropic-messages", "model": "conf-reserve",
-                                          "input": "book", "identity": {"user": "alice"},
-                                          "allowed_tools": ["reserve_seat"]})
+            run_id = await client.submit(
+                {
+                    "api": "anthropic-messages",
+                    "model": "conf-reserve",
+                    "input": "book",
+                    "identity": {"user": "alice"},
+                    "allowed_tools": ["reserve_seat"],
+                }
+            )
             await until(client, run_id, status("paused_approval"))
             await decide(system, client, run_id)
             await until(client, run_id, status("completed"))
@@ -111,13 +127,21 @@ async def test_metrics_after_real_runs_count_runs_calls_waits_and_pending(
     assert value(samples, "callgate_calls_total", tool="reserve_seat", outcome="denied") == 1
     for decision in ("approved", "denied"):
         assert value(samples, "callgate_approval_wait_seconds_count", decision=decision) == 1
-        assert value(samples, "callgate_approval_wait_seconds_bucket", decision=decision,
-                     le="+Inf") == 1
+        assert (
+            value(samples, "callgate_approval_wait_seconds_bucket", decision=decision, le="+Inf")
+            == 1
+        )
     probe = {"stream": "notify", "partition": "0", "group": "probe"}
     assert value(samples, "callgate_stream_pending", **probe) == 1
     assert value(samples, "callgate_stream_lag", **probe) == 1
-    for stream, group in (("turns", "model_turn"), ("validate", "validator"),
-                          ("exec", "executor"), ("results", "model_turn")):
-        assert value(samples, "callgate_stream_pending", stream=stream, partition="0",
-                     group=group) == 0, (stream, group)
+    for stream, group in (
+        ("turns", "model_turn"),
+        ("validate", "validator"),
+        ("exec", "executor"),
+        ("results", "model_turn"),
+    ):
+        assert (
+            value(samples, "callgate_stream_pending", stream=stream, partition="0", group=group)
+            == 0
+        ), (stream, group)
     assert value(samples, "callgate_dead_letters", partition="0") == 0

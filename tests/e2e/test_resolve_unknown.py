@@ -34,8 +34,9 @@ LOST_AND_INCONCLUSIVE = {"lookup": {"mode": "lookup_unknown"}}
 
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    yield from deployment(redis_server, ("booking",),
-                          {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"})
+    yield from deployment(
+        redis_server, ("booking",), {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"}
+    )
 
 
 @pytest.fixture
@@ -49,14 +50,25 @@ async def booking(system: LocalSystem, method: str, path: str, body: Any = None)
     return await http(system, "booking", method, path, body)
 
 
-async def unresolved(system: LocalSystem, client: CallgateClient, api: str,
-                     reserve_fault: str) -> CallRecord:
+async def unresolved(
+    system: LocalSystem, client: CallgateClient, api: str, reserve_fault: str
+) -> CallRecord:
     """A run whose approved reservation lost its answer and could not be looked up."""
-    await booking(system, "POST", "/_faults",
-                  {"reserve": {"mode": reserve_fault, "count": 1}, **LOST_AND_INCONCLUSIVE})
-    run_id = await client.submit({"api": api, "model": "conf-reserve", "input": "book",
-                                  "identity": {"user": "alice"},
-                                  "allowed_tools": ["reserve_seat"]})
+    await booking(
+        system,
+        "POST",
+        "/_faults",
+        {"reserve": {"mode": reserve_fault, "count": 1}, **LOST_AND_INCONCLUSIVE},
+    )
+    run_id = await client.submit(
+        {
+            "api": api,
+            "model": "conf-reserve",
+            "input": "book",
+            "identity": {"user": "alice"},
+            "allowed_tools": ["reserve_seat"],
+        }
+    )
     await until(client, run_id, status("paused_approval"))
     await approve(system, client, run_id)
     await until(client, run_id, status("paused_unknown_outcome"))
@@ -65,8 +77,9 @@ async def unresolved(system: LocalSystem, client: CallgateClient, api: str,
     return found
 
 
-async def post_and_wait(client: CallgateClient, call: CallRecord, signer: Signer,
-                        **kw: Any) -> Outcome | None:
+async def post_and_wait(
+    client: CallgateClient, call: CallRecord, signer: Signer, **kw: Any
+) -> Outcome | None:
     """A resolution posted straight onto the stream (no CLI pre-check): the validator's verdict."""
     desk = ApprovalDesk(client.redis, client.keys, client.ledger)
     after = await desk.last_event_id(call.run_id)
@@ -95,8 +108,14 @@ async def test_applied_completes_with_the_confirmed_result_and_one_reservation(
 
     desk = ApprovalDesk(client.redis, client.keys, client.ledger)
     assert call.call_id in [c.call_id for c in await desk.unresolved() if c.run_id == call.run_id]
-    code, said = await resolve(client, call.run_id, call.call_id, "applied",
-                               signer_of(settings, "carol"), result={"reservation_id": "r-ok"})
+    code, said = await resolve(
+        client,
+        call.run_id,
+        call.call_id,
+        "applied",
+        signer_of(settings, "carol"),
+        result={"reservation_id": "r-ok"},
+    )
     assert code == 0, said
     assert [c for c in await desk.unresolved() if c.run_id == call.run_id] == [], "inbox empty"
     view = await until(client, call.run_id, status("completed"))
@@ -106,8 +125,9 @@ async def test_applied_completes_with_the_confirmed_result_and_one_reservation(
 
     again = await post_and_wait(client, call, signer_of(settings, "carol"), outcome="not_applied")
     assert again is not None and not again.applied and "not unresolved" in (again.reason or "")
-    code, _ = await resolve(client, call.run_id, call.call_id, "applied",
-                            signer_of(settings, "carol"))
+    code, _ = await resolve(
+        client, call.run_id, call.call_id, "applied", signer_of(settings, "carol")
+    )
     assert code == 3
     types = [e.type for e in await client.events(call.run_id)]
     assert types.count("call.resolved") == 1
@@ -119,8 +139,9 @@ async def test_not_applied_tells_the_model_and_makes_no_reservation(
     system: LocalSystem, client: CallgateClient, api: str
 ) -> None:
     call = await unresolved(system, client, api, "unreachable")
-    code, said = await resolve(client, call.run_id, call.call_id, "not_applied",
-                               signer_of(system.settings, "carol"))
+    code, said = await resolve(
+        client, call.run_id, call.call_id, "not_applied", signer_of(system.settings, "carol")
+    )
     assert code == 0, said
     view = await until(client, call.run_id, status("completed"))
     assert "not_applied" in view["final_text"], "the model was told it did not happen"
@@ -133,8 +154,9 @@ async def test_recheck_reconciles_once_the_service_answers(
 ) -> None:
     call = await unresolved(system, client, "openai-chat", "commit_then_drop")
     await booking(system, "POST", "/_faults", {"lookup": None})
-    code, said = await resolve(client, call.run_id, call.call_id, "recheck",
-                               signer_of(system.settings, "operator"))
+    code, said = await resolve(
+        client, call.run_id, call.call_id, "recheck", signer_of(system.settings, "operator")
+    )
     assert code == 0, said
     view = await until(client, call.run_id, status("completed"))
     assert view["calls"][0]["state"] == "succeeded"

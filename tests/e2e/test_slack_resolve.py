@@ -32,17 +32,26 @@ pytestmark = pytest.mark.slow
 TOKEN = "xoxb-e2e-bot-token-5151"
 SECRET = "e2e-signing-secret-77c0"
 CHANNEL = "C0APPROVALS"
-APPROVERS = {"U123": {"user": "carol", "roles": ["events-lead"]},
-             "U456": {"user": "dave", "roles": ["finance"]}}
+APPROVERS = {
+    "U123": {"user": "carol", "roles": ["events-lead"]},
+    "U456": {"user": "dave", "roles": ["finance"]},
+}
 APPLIED = next(iter(RESOLVE_ACTIONS))
-LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
-                         "lookup": {"mode": "lookup_unknown"}}
+LOST_AND_INCONCLUSIVE = {
+    "reserve": {"mode": "commit_then_drop", "count": 1},
+    "lookup": {"mode": "lookup_unknown"},
+}
 
 
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    spec = SystemSpec(services=("booking",), scripted_model=True, redis_url=redis_server.url,
-                      env={"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"}, grace_s=3.0)
+    spec = SystemSpec(
+        services=("booking",),
+        scripted_model=True,
+        redis_url=redis_server.url,
+        env={"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"},
+        grace_s=3.0,
+    )
     with LocalSystem(spec) as running:
         running.start_slack(TOKEN, SECRET, CHANNEL, APPROVERS)
         yield running
@@ -112,8 +121,10 @@ async def click(system: LocalSystem, message: dict[str, Any], user: str, action_
 
 async def told(system: LocalSystem, user: str, said: str) -> None:
     async def probe() -> bool:
-        return any(c["args"]["user"] == user and said in c["args"]["text"]
-                   for c in await slack_calls(system, "chat.postEphemeral"))
+        return any(
+            c["args"]["user"] == user and said in c["args"]["text"]
+            for c in await slack_calls(system, "chat.postEphemeral")
+        )
 
     await eventually(probe, f"{user} told {said!r}")
 
@@ -122,9 +133,15 @@ async def test_applied_from_slack_completes_with_one_reservation(
     system: LocalSystem, client: CallgateClient
 ) -> None:
     await booking(system, "POST", "/_faults", LOST_AND_INCONCLUSIVE)
-    run_id = await client.submit({"api": "openai-chat", "model": "conf-reserve", "input": "book",
-                                  "identity": {"user": "alice"},
-                                  "allowed_tools": ["reserve_seat"]})
+    run_id = await client.submit(
+        {
+            "api": "openai-chat",
+            "model": "conf-reserve",
+            "input": "book",
+            "identity": {"user": "alice"},
+            "allowed_tools": ["reserve_seat"],
+        }
+    )
     await until(client, run_id, "paused_approval")
     await click(system, await posted(system, ACTIONS_BLOCK, run_id), "U123", APPROVE_ACTION)
     await until(client, run_id, "paused_unknown_outcome")
@@ -150,8 +167,11 @@ async def test_applied_from_slack_completes_with_one_reservation(
     assert stats["reservations_by_participant"] == {"ws-200/p-alice": 1}
 
     async def shown() -> list[dict[str, Any]]:
-        return [u for u in await slack_calls(system, "chat.update")
-                if u["args"]["text"] == "applied, confirmed by carol"]
+        return [
+            u
+            for u in await slack_calls(system, "chat.update")
+            if u["args"]["text"] == "applied, confirmed by carol"
+        ]
 
     (update,) = await eventually(shown, "the verdict on the message")
     assert all(b["type"] != "actions" for b in update["args"]["blocks"])

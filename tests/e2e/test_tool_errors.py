@@ -34,10 +34,17 @@ class Stack:
         self.model_url = model_url
         self.settings = Settings(redis_url=env["REDIS_URL"], key_prefix=env["CALLGATE_KEY_PREFIX"])
 
-    async def run(self, api: str, scenario: str, tools: list[str]) -> tuple[dict[str, Any],
-                                                                            list[Event]]:
-        spec = {"api": api, "model": scenario, "input": "Go.", "identity": {"user": "alice"},
-                "allowed_tools": tools, "max_turns": 4}
+    async def run(
+        self, api: str, scenario: str, tools: list[str]
+    ) -> tuple[dict[str, Any], list[Event]]:
+        spec = {
+            "api": api,
+            "model": scenario,
+            "input": "Go.",
+            "identity": {"user": "alice"},
+            "allowed_tools": tools,
+            "max_turns": 4,
+        }
         async with CallgateClient(self.settings) as client:
             run_id = await client.submit(spec)
             await client.wait(run_id, 30)
@@ -72,8 +79,11 @@ def stack(redis_server: EmbeddedRedis) -> Iterator[Stack]:
 
 
 def _moves(events: list[Event], call_id: str) -> list[tuple[Any, Any]]:
-    return [(e.data["to"], e.data.get("reason")) for e in events
-            if e.type == "call.transition" and e.data.get("call_id") == call_id]
+    return [
+        (e.data["to"], e.data.get("reason"))
+        for e in events
+        if e.type == "call.transition" and e.data.get("call_id") == call_id
+    ]
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -104,13 +114,17 @@ async def test_a_write_that_raises_after_sending_is_reconciled_never_replayed(
     assert view["status"] == "completed", view
     [call] = view["calls"]
     moves = _moves(events, call["call_id"])
-    assert [to for to, _ in moves] == ["allowed", "executing", "unknown", "reconciling",
-                                       "succeeded"]
+    assert [to for to, _ in moves] == [
+        "allowed",
+        "executing",
+        "unknown",
+        "reconciling",
+        "succeeded",
+    ]
     reason = dict(moves)["unknown"]
     assert reason.startswith("RuntimeError: printer jammed after postcard op_")
     assert call["attempts"] == 1  # executed once; the reconciler asked, it did not resend
-    assert call["result"] == {"status": "ok", "payload": {"postcard": "delivered",
-                                                          "to": "grandma"}}
+    assert call["result"] == {"status": "ok", "payload": {"postcard": "delivered", "to": "grandma"}}
     sent = result_pairs(api, await stack.last_request("write-crash"))
     assert orjson.loads(sent[call["provider_call_id"]]) == call["result"]["payload"]
     assert await stack.dead_letters() == 0

@@ -29,8 +29,11 @@ SECRET = "sk-PLANTEDsecret0123456789"
 SCENARIO = {
     "description": "One MCP write whose argument carries a credential, then an answer.",
     "steps": [
-        {"name": "note", "when": {"assistant_turns": 0},
-         "tool_calls": [{"name": "shop__note", "arguments": {"text": f"key is {SECRET}"}}]},
+        {
+            "name": "note",
+            "when": {"assistant_turns": 0},
+            "tool_calls": [{"name": "shop__note", "arguments": {"text": f"key is {SECRET}"}}],
+        },
         {"name": "answer", "when": {"results_for": ["shop__note"]}, "text": "Noted."},
     ],
 }
@@ -42,25 +45,45 @@ class Traced:
 
 
 @pytest.fixture(scope="module")
-def traced(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
-           ) -> Iterator[Traced]:
+def traced(
+    redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Traced]:
     scenarios = tmp_path_factory.mktemp("scenarios")
     (scenarios / "trace-note.json").write_text(json.dumps(SCENARIO))
     shop = McpHttpServer(tmp_path_factory.mktemp("shop"))
     shop.start()
-    servers = [{"name": "shop", "url": shop.url, "trusted": True, "timeout_s": 1.5,
-                "tools": {"cancel_order": {"lookup": "find_cancellation"},
-                          "set_price": {"approval": "events-lead", "resource_key": "item"}}}]
+    servers = [
+        {
+            "name": "shop",
+            "url": shop.url,
+            "trusted": True,
+            "timeout_s": 1.5,
+            "tools": {
+                "cancel_order": {"lookup": "find_cancellation"},
+                "set_price": {"approval": "events-lead", "resource_key": "item"},
+            },
+        }
+    ]
     try:
         with OtlpServer() as receiver:
-            env = {"CALLGATE_MCP_SERVERS": json.dumps(servers), "CALLGATE_TRACING": "1",
-                   "CALLGATE_TRACE_CONTENT": "1", "OTEL_BSP_SCHEDULE_DELAY": "50",
-                   "CALLGATE_STREAM_TRIM_S": "0",  # the run's messages stay to be read
-                   "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
-                   "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
-            spec = SystemSpec(services=(), scripted_model=True, redis_url=redis_server.url,
-                              tool_modules=(), scenarios=(Path(scenarios), MCP_SCENARIOS),
-                              grace_s=3.0, env=env)
+            env = {
+                "CALLGATE_MCP_SERVERS": json.dumps(servers),
+                "CALLGATE_TRACING": "1",
+                "CALLGATE_TRACE_CONTENT": "1",
+                "OTEL_BSP_SCHEDULE_DELAY": "50",
+                "CALLGATE_STREAM_TRIM_S": "0",  # the run's messages stay to be read
+                "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            }
+            spec = SystemSpec(
+                services=(),
+                scripted_model=True,
+                redis_url=redis_server.url,
+                tool_modules=(),
+                scenarios=(Path(scenarios), MCP_SCENARIOS),
+                grace_s=3.0,
+                env=env,
+            )
             with LocalSystem(spec) as system:
                 yield Traced(system, receiver, shop)
     finally:
@@ -69,8 +92,14 @@ def traced(redis_server: EmbeddedRedis, tmp_path_factory: pytest.TempPathFactory
 
 async def _run(system: LocalSystem) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The run's view, and every message of it that went over a work stream."""
-    spec = {"api": "openai-responses", "model": "trace-note", "input": "Go.",
-            "identity": {"user": "alice"}, "allowed_tools": ["shop__note"], "max_turns": 4}
+    spec = {
+        "api": "openai-responses",
+        "model": "trace-note",
+        "input": "Go.",
+        "identity": {"user": "alice"},
+        "allowed_tools": ["shop__note"],
+        "max_turns": 4,
+    }
     async with CallgateClient(system.settings) as client:
         run_id = await client.submit(spec)
         await client.wait(run_id, 30)
@@ -96,27 +125,42 @@ async def test_one_run_is_one_trace_across_the_workers(traced: Traced) -> None:
     trace_id = f"{run_ids(view['run_id'])[0]:032x}"
     # Every hop's message carries the run's context: turn 1, validate, exec, result, turn 2.
     assert sorted(m["kind"] for m in messages) == sorted(
-        ["turn_request", "turn_request", "validate_request", "exec_request", "call_result"])
+        ["turn_request", "turn_request", "validate_request", "exec_request", "call_result"]
+    )
     assert {m["traceparent"] for m in messages} == {
-        format_traceparent(*run_ids(view["run_id"]), True)}
+        format_traceparent(*run_ids(view["run_id"]), True)
+    }
 
     def complete(spans: list[ReceivedSpan]) -> bool:
         names = {s.name for s in spans if s.trace_id == trace_id}
-        return {"invoke_agent callgate", "execute_tool shop__note", "callgate.validate",
-                "tools/call note"} <= names and sum(n.startswith("chat ") for n in names) >= 1
+        return {
+            "invoke_agent callgate",
+            "execute_tool shop__note",
+            "callgate.validate",
+            "tools/call note",
+        } <= names and sum(n.startswith("chat ") for n in names) >= 1
+
     traced.receiver.until(complete, 15)
-    traced.receiver.until(lambda spans: sum(
-        s.name == "chat trace-note" and s.trace_id == trace_id for s in spans) == 2, 5)
+    traced.receiver.until(
+        lambda spans: (
+            sum(s.name == "chat trace-note" and s.trace_id == trace_id for s in spans) == 2
+        ),
+        5,
+    )
     spans = [s for s in traced.receiver.spans if s.trace_id == trace_id]
 
     root = _one(spans, "invoke_agent callgate")
     assert root.parent_id == "" and root.service == "callgate-model_turn"
     assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert root.attributes["callgate.run.status"] == "completed"
-    chats = sorted((s for s in spans if s.name == "chat trace-note"),
-                   key=lambda s: s.attributes["callgate.turn"])
+    chats = sorted(
+        (s for s in spans if s.name == "chat trace-note"),
+        key=lambda s: s.attributes["callgate.turn"],
+    )
     assert [c.attributes["gen_ai.response.finish_reasons"] for c in chats] == [
-        ["tool_call"], ["stop"]]
+        ["tool_call"],
+        ["stop"],
+    ]
     for chat in chats:
         assert chat.parent_id == root.span_id and chat.service == "callgate-model_turn"
         assert chat.attributes["gen_ai.operation.name"] == "chat"
@@ -152,28 +196,39 @@ async def test_one_run_is_one_trace_across_the_workers(traced: Traced) -> None:
     assert all(SECRET.encode() not in body for body in traced.receiver.bodies)
 
 
-
 def _trace_of(traced: Traced, run_id: str, names: set[str]) -> list[ReceivedSpan]:
     """The run's spans, once every one of ``names`` came."""
     trace_id = f"{run_ids(run_id)[0]:032x}"
-    traced.receiver.until(lambda spans: names <= {
-        s.name for s in spans if s.trace_id == trace_id}, 15)
+    traced.receiver.until(
+        lambda spans: names <= {s.name for s in spans if s.trace_id == trace_id}, 15
+    )
     return [s for s in traced.receiver.spans if s.trace_id == trace_id]
 
 
-async def test_approval_and_reconciliation_are_callgate_facts_in_the_trace(
-    traced: Traced,
-) -> None:
+async def test_approval_and_reconciliation_are_callgate_facts_in_the_trace(traced: Traced) -> None:
     async with CallgateClient(traced.system.settings) as client:
-        priced = await client.submit({"api": "openai-responses", "model": "mcp-price",
-                                      "input": "Go.", "identity": {"user": "alice"},
-                                      "max_turns": 4, "allowed_tools": ["shop__set_price"]})
+        priced = await client.submit(
+            {
+                "api": "openai-responses",
+                "model": "mcp-price",
+                "input": "Go.",
+                "identity": {"user": "alice"},
+                "max_turns": 4,
+                "allowed_tools": ["shop__set_price"],
+            }
+        )
         await until(client, priced, status("paused_approval"))
         await approve(traced.system, client, priced)
-        cancelled = await client.submit({"api": "openai-responses", "model": "mcp-cancel",
-                                         "input": "Go.", "identity": {"user": "alice"},
-                                         "max_turns": 4,
-                                         "allowed_tools": ["shop__cancel_order"]})
+        cancelled = await client.submit(
+            {
+                "api": "openai-responses",
+                "model": "mcp-cancel",
+                "input": "Go.",
+                "identity": {"user": "alice"},
+                "max_turns": 4,
+                "allowed_tools": ["shop__cancel_order"],
+            }
+        )
         for run_id in (priced, cancelled):
             view = await until(client, run_id, status("completed", "failed", "handed_off"))
             assert view["status"] == "completed", view
@@ -189,9 +244,15 @@ async def test_approval_and_reconciliation_are_callgate_facts_in_the_trace(
     assert tool.attributes["callgate.approval.wait_ms"] >= 0
     assert tool.attributes["callgate.effect.source"].startswith("annotation")
 
-    spans = _trace_of(traced, cancelled, {"invoke_agent callgate",
-                                          "execute_tool shop__cancel_order",
-                                          "callgate.reconcile shop__cancel_order"})
+    spans = _trace_of(
+        traced,
+        cancelled,
+        {
+            "invoke_agent callgate",
+            "execute_tool shop__cancel_order",
+            "callgate.reconcile shop__cancel_order",
+        },
+    )
     root = _one(spans, "invoke_agent callgate")
     tool = _one(spans, "execute_tool shop__cancel_order")
     assert tool.attributes["callgate.outcome"] == "unknown"  # the answer was lost

@@ -83,8 +83,12 @@ async def test_a_trust_file_mid_edit_keeps_the_last_version_serving(
     logged_before = len(refusals_logged(system, "validator"))
     await http(system, "booking", "POST", "/_reset")
     async with CallgateClient(system.settings) as client:
-        run_id = await submit(client, "openai-chat", "workshop-reserve",
-                              ["check_seats", "check_eligibility", "reserve_seat"])
+        run_id = await submit(
+            client,
+            "openai-chat",
+            "workshop-reserve",
+            ["check_seats", "check_eligibility", "reserve_seat"],
+        )
         await until(client, run_id, status("paused_approval"))
         call = await client.ledger.get_call(run_id, "t1.0")
         assert call is not None and call.approval_id is not None

@@ -36,23 +36,36 @@ from tests.e2e.people import approve, connected, deployment, http, status, until
 
 pytestmark = pytest.mark.slow
 
-SECRETS = {"ops": b"ops-secret-0123456789abcdef", "late": b"late-secret-0123456789abcd",
-           "broken": b"broken-secret-0123456789ab"}
+SECRETS = {
+    "ops": b"ops-secret-0123456789abcdef",
+    "late": b"late-secret-0123456789abcd",
+    "broken": b"broken-secret-0123456789ab",
+}
 PORTS = {name: free_port() for name in SECRETS}
 ENDPOINTS = [
     {"name": "ops", "url": f"http://127.0.0.1:{PORTS['ops']}/hook", "secret_env": "OPS_SECRET"},
-    {"name": "late", "url": f"http://127.0.0.1:{PORTS['late']}/hook",
-     "secret": SECRETS["late"].decode(), "events": ["run.finished"]},
-    {"name": "broken", "url": f"http://127.0.0.1:{PORTS['broken']}/hook",
-     "secret": SECRETS["broken"].decode(), "events": ["outcome.unknown"]},
+    {
+        "name": "late",
+        "url": f"http://127.0.0.1:{PORTS['late']}/hook",
+        "secret": SECRETS["late"].decode(),
+        "events": ["run.finished"],
+    },
+    {
+        "name": "broken",
+        "url": f"http://127.0.0.1:{PORTS['broken']}/hook",
+        "secret": SECRETS["broken"].decode(),
+        "events": ["outcome.unknown"],
+    },
 ]
 WEBHOOK_ENV = {
     "CALLGATE_WEBHOOK_ENDPOINTS": orjson.dumps(ENDPOINTS).decode(),
     "CALLGATE_WEBHOOK_RETRY_SCHEDULE_S": "[0.5, 1, 2, 3]",
     "OPS_SECRET": SECRETS["ops"].decode(),
 }
-LOST_AND_INCONCLUSIVE = {"reserve": {"mode": "commit_then_drop", "count": 1},
-                         "lookup": {"mode": "lookup_unknown"}}
+LOST_AND_INCONCLUSIVE = {
+    "reserve": {"mode": "commit_then_drop", "count": 1},
+    "lookup": {"mode": "lookup_unknown"},
+}
 
 
 class Receiver:
@@ -84,8 +97,9 @@ class Receiver:
 
 @pytest.fixture(scope="module")
 def system(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
-    yield from deployment(redis_server, ("booking",),
-                          {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"})
+    yield from deployment(
+        redis_server, ("booking",), {"CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.2, 0.4]"}
+    )
 
 
 @pytest.fixture
@@ -106,8 +120,12 @@ async def receivers(*names: str) -> AsyncIterator[dict[str, Receiver]]:
             await receiver.stop()
 
 
-async def wait_for(check: Callable[[], Any], what: str, timeout_s: float = 30,
-                   seen: Callable[[], Any] = lambda: None) -> Any:
+async def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    timeout_s: float = 30,
+    seen: Callable[[], Any] = lambda: None,
+) -> Any:
     """``check()``'s first truthy answer; else fail saying what ``seen()`` shows."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -128,14 +146,22 @@ async def unknown_outcome_run(system: LocalSystem, client: CallgateClient) -> st
     """A run whose approved reservation lost its answer and could not be looked up, resolved
     as applied by carol: it pauses twice and completes."""
     await http(system, "booking", "POST", "/_faults", LOST_AND_INCONCLUSIVE)
-    run_id = await client.submit({"api": "openai-chat", "model": "conf-reserve", "input": "book",
-                                  "identity": {"user": "alice"}, "allowed_tools": ["reserve_seat"]})
+    run_id = await client.submit(
+        {
+            "api": "openai-chat",
+            "model": "conf-reserve",
+            "input": "book",
+            "identity": {"user": "alice"},
+            "allowed_tools": ["reserve_seat"],
+        }
+    )
     await until(client, run_id, status("paused_approval"))
     await approve(system, client, run_id)
     await until(client, run_id, status("paused_unknown_outcome"))
     carol = signer_of(system.settings, "carol")
-    code, said = await resolve(client, run_id, "t1.0", "applied", carol,
-                               result={"reservation_id": "r-ok"})
+    code, said = await resolve(
+        client, run_id, "t1.0", "applied", carol, result={"reservation_id": "r-ok"}
+    )
     assert code == 0, said
     await until(client, run_id, status("completed"))
     return run_id
@@ -144,8 +170,14 @@ async def unknown_outcome_run(system: LocalSystem, client: CallgateClient) -> st
 async def dead_letters(system: LocalSystem) -> list[dict[str, Any]]:
     """`callgate dead-letters --json`, as an operator runs it."""
     cli = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "callgate.ops.cli", "dead-letters", "--json", env=system.env,
-        stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "callgate.ops.cli",
+        "dead-letters",
+        "--json",
+        env=system.env,
+        stdout=asyncio.subprocess.PIPE,
+    )
     out, _ = await asyncio.wait_for(cli.communicate(), 30)
     assert cli.returncode == 0
     rows: list[dict[str, Any]] = orjson.loads(out)
@@ -156,9 +188,15 @@ async def test_each_event_reaches_each_endpoint_once_signed_late_or_dead_lettere
     system: LocalSystem, client: CallgateClient
 ) -> None:
     async with receivers("ops", "broken") as got:
-        first = await client.submit({"api": "openai-responses", "model": "conf-reserve",
-                                     "input": "book", "identity": {"user": "alice"},
-                                     "allowed_tools": ["reserve_seat"]})
+        first = await client.submit(
+            {
+                "api": "openai-responses",
+                "model": "conf-reserve",
+                "input": "book",
+                "identity": {"user": "alice"},
+                "allowed_tools": ["reserve_seat"],
+            }
+        )
         await until(client, first, status("paused_approval"))
         start_webhooks_worker(system)  # down until now: it catches up from the event log
         await approve(system, client, first)
@@ -168,16 +206,27 @@ async def test_each_event_reaches_each_endpoint_once_signed_late_or_dead_lettere
         await got["late"].start()
         second = await unknown_outcome_run(system, client)
 
-        expected = Counter({(first, "approval.requested"): 1, (first, "run.paused"): 1,
-                            (first, "run.finished"): 1, (second, "approval.requested"): 1,
-                            (second, "run.paused"): 2, (second, "outcome.unknown"): 1,
-                            (second, "run.finished"): 1})
+        expected = Counter(
+            {
+                (first, "approval.requested"): 1,
+                (first, "run.paused"): 1,
+                (first, "run.finished"): 1,
+                (second, "approval.requested"): 1,
+                (second, "run.paused"): 2,
+                (second, "outcome.unknown"): 1,
+                (second, "run.finished"): 1,
+            }
+        )
+
         def seen() -> dict[str, list[tuple[str, str]]]:
-            return {name: [(e["run_id"], e["type"]) for e in receiver.events()]
-                    for name, receiver in got.items()}
+            return {
+                name: [(e["run_id"], e["type"]) for e in receiver.events()]
+                for name, receiver in got.items()
+            }
 
         await wait_for(lambda: len(got["ops"].got) >= 8, "every event at ops", seen=seen)
         await wait_for(lambda: len(got["late"].got) >= 2, "both run.finished at late", seen=seen)
+
         async def webhook_letters() -> list[dict[str, Any]]:
             return [r for r in await dead_letters(system) if r["stream"] == "webhooks"]
 
@@ -187,13 +236,17 @@ async def test_each_event_reaches_each_endpoint_once_signed_late_or_dead_lettere
     ops = got["ops"].events()
     assert Counter((e["run_id"], e["type"]) for e in ops) == expected
     assert len({e["id"] for e in ops}) == 8, "each event once"
-    paused = [e["data"]["status"] for e in sorted(ops, key=lambda e: e["created_ms"])
-              if e["type"] == "run.paused" and e["run_id"] == second]  # deliveries are unordered
+    paused = [
+        e["data"]["status"]
+        for e in sorted(ops, key=lambda e: e["created_ms"])
+        if e["type"] == "run.paused" and e["run_id"] == second
+    ]  # deliveries are unordered
     assert paused == ["paused_approval", "paused_unknown_outcome"]
     asked = next(e for e in ops if e["type"] == "approval.requested" and e["run_id"] == first)
     assert asked["data"]["tool"] == "reserve_seat" and asked["data"]["approver_role"]
     assert sorted((e["run_id"], e["type"]) for e in got["late"].events()) == sorted(
-        [(first, "run.finished"), (second, "run.finished")])
+        [(first, "run.finished"), (second, "run.finished")]
+    )
 
     for name in ("ops", "late"):
         for headers, body in got[name].got:

@@ -45,10 +45,7 @@ class Workshop:
         self.events_url = f"{bot_url}/slack/events"
 
     async def http(self, method: str, url: str, body: Any = None) -> Any:
-        async with (
-            aiohttp.ClientSession() as http,
-            http.request(method, url, json=body) as reply,
-        ):
+        async with aiohttp.ClientSession() as http, http.request(method, url, json=body) as reply:
             return await reply.json()
 
     async def booking(self, method: str, path: str, body: Any = None) -> Any:
@@ -132,8 +129,12 @@ class Workshop:
             for call in await self.slack_calls("chat.postMessage"):
                 blocks = call["args"].get("blocks", [])
                 if any(b["type"] == "actions" for b in blocks):
-                    message = {"type": "message", "ts": "1700000000.000100",
-                               "text": call["args"]["text"], "blocks": blocks}
+                    message = {
+                        "type": "message",
+                        "ts": "1700000000.000100",
+                        "text": call["args"]["text"],
+                        "blocks": blocks,
+                    }
                     value = slack_clicks.button_value(message, APPROVE_ACTION)
                     if orjson.loads(value)["run_id"] == run_id:
                         return message
@@ -141,8 +142,14 @@ class Workshop:
         raise AssertionError(f"no approval request was posted to Slack for {run_id}")
 
     async def click(
-        self, message: dict[str, Any], user: str, action: str = APPROVE_ACTION, *,
-        value: str | None = None, timestamp: int | None = None, signature: str | None = None,
+        self,
+        message: dict[str, Any],
+        user: str,
+        action: str = APPROVE_ACTION,
+        *,
+        value: str | None = None,
+        timestamp: int | None = None,
+        signature: str | None = None,
     ) -> int:
         value = value or slack_clicks.button_value(message, action)
         body = slack_clicks.click_body(message, user, action, value, CHANNEL)
@@ -352,8 +359,11 @@ async def test_executor_killed_mid_write_is_reconciled_never_replayed(
     await assert_reserved_once(workshop)
     assert view["calls"][0]["state"] == "succeeded"
     async with CallgateClient(workshop.settings) as client:
-        moves = [(e.data.get("from"), e.data.get("to")) for e in await client.events(run_id)
-                 if e.type == "call.transition"]
+        moves = [
+            (e.data.get("from"), e.data.get("to"))
+            for e in await client.events(run_id)
+            if e.type == "call.transition"
+        ]
     assert (["executing"], "unknown") in moves and (["unknown"], "reconciling") in moves
 
 

@@ -25,9 +25,12 @@ async def client(settings: Settings) -> AsyncIterator[CallgateClient]:
 @pytest.fixture
 async def pool(settings: Settings) -> AsyncIterator[ArqRedis]:
     """A raw arq pool: what any client may enqueue, without callgate's client checks."""
-    p = await create_pool(redis_settings(settings), job_serializer=job_serializer,
-                          job_deserializer=job_deserializer,
-                          default_queue_name=queue_name(settings))
+    p = await create_pool(
+        redis_settings(settings),
+        job_serializer=job_serializer,
+        job_deserializer=job_deserializer,
+        default_queue_name=queue_name(settings),
+    )
     try:
         yield p
     finally:

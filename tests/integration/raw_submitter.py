@@ -53,8 +53,13 @@ def enqueue(client: redis.Redis, prefix: str, spec: dict[str, Any], token: str) 
     if client.exists(result_key):  # its job ran already: compare specs instead
         return False
     enqueue_ms = int(time.time() * 1000)
-    value = {"t": 1, "f": "start_run", "a": [{"spec": spec, "token": token}], "k": {},
-             "et": enqueue_ms}
+    value = {
+        "t": 1,
+        "f": "start_run",
+        "a": [{"spec": spec, "token": token}],
+        "k": {},
+        "et": enqueue_ms,
+    }
     with client.pipeline(transaction=True) as pipe:
         pipe.setnx(job_key, json.dumps(value, ensure_ascii=False).encode())
         pipe.zadd(f"{prefix}:arq", {run_id: enqueue_ms})

@@ -61,8 +61,11 @@ def render_acl(
 ) -> str:
     """``sh acl.sh rules`` with these passwords (and users for these tenants); raises
     CalledProcessError when it refuses."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **password_env(passwords),
-           "CALLGATE_TENANTS": " ".join(tenants)}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **password_env(passwords),
+        "CALLGATE_TENANTS": " ".join(tenants),
+    }
     done = subprocess.run(
         ["sh", str(DEPLOY / "acl.sh"), str(rules)],
         env=env, capture_output=True, text=True, timeout=30, check=True,
@@ -94,9 +97,7 @@ class LockedRedis:
         with self.client(OPERATOR) as admin:
             raw: list[dict[Any, Any]] = admin.acl_log(count=1000)  # type: ignore[assignment]
         entries = [{_text(k): _text(v) for k, v in e.items()} for e in raw]
-        return [
-            e for e in entries if e["username"] == user and e["object"] != "client|setinfo"
-        ]
+        return [e for e in entries if e["username"] == user and e["object"] != "client|setinfo"]
 
 
 def _text(value: object) -> str:

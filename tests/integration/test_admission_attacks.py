@@ -100,14 +100,16 @@ def code_naming_specs(run_id: str, module: str, marker: Path) -> dict[str, dict[
     """Specs that name code (expected refusal → spec); each input is Python writing ``marker``."""
     payload = f"open({str(marker)!r}, 'w').write('code ran')"
     return {
-        "never code to import": spec(run_id, input=payload,
-                                     acceptance={"validator": "builtins:exec"}),
-        f"{module!r} is not a registered validator": spec(run_id, input=payload,
-                                                          acceptance={"validator": module}),
-        "tool_modules: a run may not name code": spec(run_id, input=payload,
-                                                      tool_modules=[module]),
-        "os:system not registered in this deployment": spec(run_id, input=payload,
-                                                            allowed_tools=["os:system"]),
+        "never code to import": spec(
+            run_id, input=payload, acceptance={"validator": "builtins:exec"}
+        ),
+        f"{module!r} is not a registered validator": spec(
+            run_id, input=payload, acceptance={"validator": module}
+        ),
+        "tool_modules: a run may not name code": spec(run_id, input=payload, tool_modules=[module]),
+        "os:system not registered in this deployment": spec(
+            run_id, input=payload, allowed_tools=["os:system"]
+        ),
     }
 
 
@@ -125,8 +127,7 @@ def evil_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, P
 
 
 async def test_client_refuses_a_spec_that_names_code(
-    settings: Settings, client: CallgateClient, redis: aioredis.Redis,
-    evil_module: tuple[str, Path],
+    settings: Settings, client: CallgateClient, redis: aioredis.Redis, evil_module: tuple[str, Path]
 ) -> None:
     module, marker = evil_module
     refused_here = new_run_id()
@@ -148,7 +149,10 @@ async def test_client_refuses_a_spec_that_names_code(
 
 
 async def test_signed_jobs_that_name_code_are_refused_and_run_nothing(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings,
+    pool: ArqRedis,
+    client: CallgateClient,
+    redis: aioredis.Redis,
     evil_module: tuple[str, Path],
 ) -> None:
     module, marker = evil_module
@@ -175,11 +179,21 @@ def narrow_deployment(settings: Settings, tmp_path: Path) -> tuple[Settings, Sig
     submitter's signer and the provider's private key."""
     submitter, idp = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     trust = {
-        "submitters": {"frontdesk": {"public_key": public_key_text(submitter),
-                                     "grants": ["requester"],
-                                     "attributes": {"tenant": ["acme"]}}},
-        "issuers": {ISSUER: {"audience": AUDIENCE, "public_keys": [public_key_text(idp)],
-                             "algorithms": ["EdDSA"], "role_map": {"lead": "events-lead"}}},
+        "submitters": {
+            "frontdesk": {
+                "public_key": public_key_text(submitter),
+                "grants": ["requester"],
+                "attributes": {"tenant": ["acme"]},
+            }
+        },
+        "issuers": {
+            ISSUER: {
+                "audience": AUDIENCE,
+                "public_keys": [public_key_text(idp)],
+                "algorithms": ["EdDSA"],
+                "role_map": {"lead": "events-lead"},
+            }
+        },
     }
     path = tmp_path / "narrow-trust.json"
     path.write_text(json.dumps(trust))
@@ -190,8 +204,14 @@ def narrow_deployment(settings: Settings, tmp_path: Path) -> tuple[Settings, Sig
 
 def id_token(key: Any, user: str, roles: list[str], audience: str = AUDIENCE) -> str:
     now = int(time.time())
-    claims = {"iss": ISSUER, "aud": audience, "sub": user, "roles": roles, "iat": now,
-              "exp": now + 300}
+    claims = {
+        "iss": ISSUER,
+        "aud": audience,
+        "sub": user,
+        "roles": roles,
+        "iat": now,
+        "exp": now + 300,
+    }
     return jwt.encode(claims, key, algorithm="EdDSA")
 
 
@@ -203,12 +223,14 @@ def submitted(signer: Signer, data: dict[str, Any]) -> dict[str, Any]:
 def with_id_token(signer: Signer, data: dict[str, Any], token: str) -> dict[str, Any]:
     """A job acting for the identity token's user, signed by ``signer`` as it must be."""
     signature = sign_submission(signer, run_id=data["run_id"], spec=data)
-    return StartJob(spec=data, token=signature, identity_token=token).model_dump(
-        exclude_none=True)
+    return StartJob(spec=data, token=signature, identity_token=token).model_dump(exclude_none=True)
 
 
 async def test_a_submitter_vouches_only_within_its_trust_entry(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings,
+    pool: ArqRedis,
+    client: CallgateClient,
+    redis: aioredis.Redis,
     tmp_path: Path,
 ) -> None:
     """Roles it may not grant are refused; so are identity fields besides user and roles (they
@@ -219,8 +241,10 @@ async def test_a_submitter_vouches_only_within_its_trust_entry(
         "may not grant 'operator'": {"user": "mallory", "roles": ["requester", "operator"]},
         "roles must be a list of strings": {"user": "mallory", "roles": "events-lead"},
         "may not assert tenant = 'globex'": {"user": "mallory", "tenant": "globex"},
-        "may not assert the identity field 'clearance'": {"user": "mallory",
-                                                          "clearance": "top-secret"},
+        "may not assert the identity field 'clearance'": {
+            "user": "mallory",
+            "clearance": "top-secret",
+        },
     }
     refused = {new_run_id(): (reason, who) for reason, who in claims.items()}
     for run_id, (_, who) in refused.items():
@@ -232,11 +256,16 @@ async def test_a_submitter_vouches_only_within_its_trust_entry(
     for run_id, (reason, _) in refused.items():
         assert reason in await refusal(redis, narrow, run_id)
     assert await assert_created(client, control) == {
-        "identity": mallory, "vouched_by": "service:frontdesk"}
+        "identity": mallory,
+        "vouched_by": "service:frontdesk",
+    }
 
 
 async def test_an_identity_tokens_roles_are_the_deployments_mapping_of_its_claim(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings,
+    pool: ArqRedis,
+    client: CallgateClient,
+    redis: aioredis.Redis,
     tmp_path: Path,
 ) -> None:
     narrow, frontdesk, idp = narrow_deployment(settings, tmp_path)
@@ -269,7 +298,7 @@ async def test_an_identity_tokens_roles_are_the_deployments_mapping_of_its_claim
 
 
 async def test_a_bare_spec_is_refused_and_the_result_says_why(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis
 ) -> None:
     bare, unsigned, control = new_run_id(), new_run_id(), new_run_id()
     operator = {"user": "mallory", "roles": ["operator"]}
@@ -289,7 +318,7 @@ async def test_a_bare_spec_is_refused_and_the_result_says_why(
 
 
 async def test_a_spec_changed_after_signing_is_refused(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis
 ) -> None:
     swapped, edited, elsewhere, control = (new_run_id() for _ in range(4))
     job = signed_job(spec(swapped), swapped)
@@ -313,13 +342,23 @@ async def test_a_spec_changed_after_signing_is_refused(
 def none_alg_token(data: dict[str, Any], key_id: str) -> str:
     """An unsigned JWT (``alg: none``) with every claim a submission needs."""
     now = int(time.time())
-    claims = {"sub": key_id, "run": data["run_id"], "typ": "callgate.submission", "jti": "x",
-              "spec": spec_digest(data), "iat": now, "exp": now + 60}
+    claims = {
+        "sub": key_id,
+        "run": data["run_id"],
+        "typ": "callgate.submission",
+        "jti": "x",
+        "spec": spec_digest(data),
+        "iat": now,
+        "exp": now + 60,
+    }
     return jwt.encode(claims, "", algorithm="none", headers={"kid": key_id})
 
 
 async def test_a_job_signed_by_a_key_the_deployment_does_not_know_is_refused(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, redis: aioredis.Redis,
+    settings: Settings,
+    pool: ArqRedis,
+    client: CallgateClient,
+    redis: aioredis.Redis,
     callgate_home: Path,
 ) -> None:
     stranger = Ed25519PrivateKey.generate()
@@ -330,7 +369,8 @@ async def test_a_job_signed_by_a_key_the_deployment_does_not_know_is_refused(
         "unknown key 'intruder'": lambda d: submitted(Signer("intruder", stranger), d),
         "key 'carol' is not a submitter": lambda d: submitted(carol, d),
         "algorithm not allowed": lambda d: StartJob(
-            spec=d, token=none_alg_token(d, "local")).model_dump(exclude_none=True),
+            spec=d, token=none_alg_token(d, "local")
+        ).model_dump(exclude_none=True),
     }
     run_ids = {new_run_id(): reason for reason in attempts}
     for run_id, reason in run_ids.items():

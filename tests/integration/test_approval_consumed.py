@@ -32,21 +32,47 @@ async def ledger(settings: Settings, redis: aioredis.Redis) -> AsyncIterator[Led
 
 async def _approved_call(ledger: Ledger, approval_state: str = "approved") -> CallRecord:
     run_id = f"run-{new_id()}"
-    run = RunRecord(run_id=run_id, status=RunState.EXECUTING, api="openai-chat", model="m",
-                    input="i", turn=1, identity={"user": "alice"},
-                    allowed_tools=["reserve_seat"])
-    call = CallRecord(run_id=run_id, call_id="t1.0", turn=1, index=0, provider_call_id="c1",
-                      tool="reserve_seat", tool_version="1",
-                      arguments={"event_id": "ws-101", "participant_id": "p-alice"},
-                      raw_arguments="{}", effect=Effect.IDEMPOTENT_WRITE,
-                      state=CallState.APPROVED, decision="needs_approval",
-                      approval_id=APPROVAL, operation_id="op-1")
+    run = RunRecord(
+        run_id=run_id,
+        status=RunState.EXECUTING,
+        api="openai-chat",
+        model="m",
+        input="i",
+        turn=1,
+        identity={"user": "alice"},
+        allowed_tools=["reserve_seat"],
+    )
+    call = CallRecord(
+        run_id=run_id,
+        call_id="t1.0",
+        turn=1,
+        index=0,
+        provider_call_id="c1",
+        tool="reserve_seat",
+        tool_version="1",
+        arguments={"event_id": "ws-101", "participant_id": "p-alice"},
+        raw_arguments="{}",
+        effect=Effect.IDEMPOTENT_WRITE,
+        state=CallState.APPROVED,
+        decision="needs_approval",
+        approval_id=APPROVAL,
+        operation_id="op-1",
+    )
     await seed(ledger, run, [call])
-    approval = ApprovalRecord(approval_id=APPROVAL, run_id=run_id, turn=1, call_id="t1.0",
-                              tool="reserve_seat", tool_version="1", args_hash="h",
-                              arguments="{}", requested_by="alice",
-                              approver_role="events-lead", expires_ms=2**40,
-                              state=approval_state)  # type: ignore[arg-type]
+    approval = ApprovalRecord(
+        approval_id=APPROVAL,
+        run_id=run_id,
+        turn=1,
+        call_id="t1.0",
+        tool="reserve_seat",
+        tool_version="1",
+        args_hash="h",
+        arguments="{}",
+        requested_by="alice",
+        approver_role="events-lead",
+        expires_ms=2**40,
+        state=approval_state,
+    )  # type: ignore[arg-type]
     key = ledger.keys.approval(run_id, APPROVAL)
     assert (await ledger.apply(Tx().hset(key, approval.to_hash()))).ok
     return call
@@ -91,9 +117,7 @@ async def test_a_call_reset_to_approved_finds_its_approval_used_and_is_not_taken
     assert after is not None and (after.state, after.attempts) == (CallState.APPROVED, 1)
 
 
-async def test_a_redelivery_retakes_the_call_its_approval_was_consumed_by(
-    ledger: Ledger,
-) -> None:
+async def test_a_redelivery_retakes_the_call_its_approval_was_consumed_by(ledger: Ledger) -> None:
     call = await _approved_call(ledger)
     assert await _take(ledger, call)
 

@@ -34,10 +34,24 @@ def test_run_status_view_trace(
 ) -> None:
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("CALLGATE_KEY_PREFIX", settings.key_prefix)
-    code = main(["run", "--api", "anthropic-messages", "--model", "m", "--tools",
-                 "get_train_status,get_weather", "--identity", '{"user": "alice"}',
-                 "--input", "hi",
-                 "--max-turns", "3", "--json"])
+    code = main(
+        [
+            "run",
+            "--api",
+            "anthropic-messages",
+            "--model",
+            "m",
+            "--tools",
+            "get_train_status,get_weather",
+            "--identity",
+            '{"user": "alice"}',
+            "--input",
+            "hi",
+            "--max-turns",
+            "3",
+            "--json",
+        ]
+    )
     assert code == 0
     run_id = orjson.loads(capsys.readouterr().out)["run_id"]
     _drain(settings)
@@ -45,7 +59,10 @@ def test_run_status_view_trace(
     assert main(["status", run_id, "--json"]) == 0
     status = orjson.loads(capsys.readouterr().out)
     assert (status["status"], status["max_turns"], status["api"]) == (
-        "awaiting_model", 3, "anthropic-messages")
+        "awaiting_model",
+        3,
+        "anthropic-messages",
+    )
     assert main(["view", run_id, "--json"]) == 0
     assert orjson.loads(capsys.readouterr().out)["calls"] == []
     assert main(["trace", run_id]) == 0
@@ -59,13 +76,36 @@ def test_run_status_view_trace(
 
 
 def test_demo_travel_end_to_end(settings: Settings) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
-                        "ANTHROPIC_BASE_URL", "CALLGATE_KEY_PREFIX"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_BASE_URL",
+            "CALLGATE_KEY_PREFIX",
+        }
+    }
     env["REDIS_URL"] = settings.redis_url
-    proc = subprocess.run([sys.executable, "-m", "callgate.ops.cli", "demo", "travel",
-                           "--api", "openai-chat", "--timeout", "45"],
-                          env=env, capture_output=True, text=True, timeout=90)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "callgate.ops.cli",
+            "demo",
+            "travel",
+            "--api",
+            "openai-chat",
+            "--timeout",
+            "45",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "get_train_status" in proc.stdout and "get_weather" in proc.stdout
     assert "executing→succeeded" in proc.stdout
@@ -76,9 +116,19 @@ def test_demo_travel_end_to_end(settings: Settings) -> None:
 
 
 def _demo_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
-                        "ANTHROPIC_BASE_URL", "CALLGATE_KEY_PREFIX", "CALLGATE_APPROVERS"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_BASE_URL",
+            "ANTHROPIC_BASE_URL",
+            "CALLGATE_KEY_PREFIX",
+            "CALLGATE_APPROVERS",
+        }
+    }
     env["REDIS_URL"] = settings.redis_url
     return env
 
@@ -88,9 +138,21 @@ def test_demo_workshop_asks_in_the_terminal_and_books_once(settings: Settings) -
     primary, secondary = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "callgate.ops.cli", "demo", "workshop",
-             "--api", "anthropic-messages", "--timeout", "45"],
-            stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "callgate.ops.cli",
+                "demo",
+                "workshop",
+                "--api",
+                "anthropic-messages",
+                "--timeout",
+                "45",
+            ],
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env=_demo_env(settings),
         )
         os.write(primary, b"y\ncarol\n")  # held by the terminal until the demo asks
@@ -109,7 +171,10 @@ def test_demo_workshop_asks_in_the_terminal_and_books_once(settings: Settings) -
 def test_demo_workshop_without_a_terminal_needs_approve_as(settings: Settings) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "callgate.ops.cli", "demo", "workshop", "--timeout", "45"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_demo_env(settings),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=_demo_env(settings),
         timeout=90,
     )
     assert proc.returncode == 1

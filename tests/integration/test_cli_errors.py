@@ -44,10 +44,20 @@ def _usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return _one_line(capsys)
 
 
-@pytest.mark.parametrize("argv", [
-    ["status", "r-1"], ["view", "r-1"], ["trace", "r-1"], ["runs"], ["dead-letters"],
-    ["approvals"], ["inbox"], [*RUN, "--input", "hi", "--tools", "get_weather"],
-], ids=lambda argv: argv[0])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "r-1"],
+        ["view", "r-1"],
+        ["trace", "r-1"],
+        ["runs"],
+        ["dead-letters"],
+        ["approvals"],
+        ["inbox"],
+        [*RUN, "--input", "hi", "--tools", "get_weather"],
+    ],
+    ids=lambda argv: argv[0],
+)
 def test_redis_down_is_one_line_exit_5_without_the_password(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -56,8 +66,9 @@ def test_redis_down_is_one_line_exit_5_without_the_password(
     monkeypatch.delenv("CALLGATE_TOOL_MODULES", raising=False)
     assert main(argv) == 5
     masked = url.replace(PASSWORD, "[redacted]")
-    assert _one_line(capsys) == (f"callgate: cannot reach Redis at {masked} — start it, or "
-                                 "`callgate up`/set REDIS_URL")
+    assert _one_line(capsys) == (
+        f"callgate: cannot reach Redis at {masked} — start it, or `callgate up`/set REDIS_URL"
+    )
 
 
 @pytest.mark.parametrize("command", ["status", "view", "trace"])
@@ -77,7 +88,8 @@ def test_no_registered_tools_is_refused_unless_allowed(
     assert main([*RUN, "--input", "hi"]) == 2
     assert _one_line(capsys) == (
         "callgate: no tools are registered (CALLGATE_TOOL_MODULES is empty): every tool call "
-        "of this run would be refused — register tool modules, or pass --allow-no-tools")
+        "of this run would be refused — register tool modules, or pass --allow-no-tools"
+    )
     assert main([*RUN, "--input", "hi", "--allow-no-tools"]) == 0
     assert capsys.readouterr().out.startswith("run-")
 
@@ -87,7 +99,8 @@ def test_tools_that_select_nothing_registered_are_refused(
 ) -> None:
     assert main([*RUN, "--input", "hi", "--tools", "callgate.standins.demo.travel"]) == 2
     assert _one_line(capsys).startswith(
-        "callgate: --tools takes tool names, not modules: callgate.standins.demo.travel — ")
+        "callgate: --tools takes tool names, not modules: callgate.standins.demo.travel — "
+    )
     assert main([*RUN, "--input", "hi", "--tools", "get_weather,teleport"]) == 2
     line = _one_line(capsys)
     assert line.startswith("callgate: --tools names tools not registered: teleport (registered: ")
@@ -95,7 +108,9 @@ def test_tools_that_select_nothing_registered_are_refused(
 
 
 def test_input_from_a_file_or_stdin_and_an_oversized_one(
-    deployment: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    deployment: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     task = tmp_path / "task.txt"
@@ -115,25 +130,31 @@ def test_input_from_a_file_or_stdin_and_an_oversized_one(
     big.write_text("x" * 200_001, encoding="utf-8")
     assert _usage([*RUN, "--input-file", str(big)], capsys) == (
         f"callgate run: argument --input-file: {big} has 200,001 characters; a run's input "
-        "holds at most 200,000 (see `callgate run --help`)")
+        "holds at most 200,000 (see `callgate run --help`)"
+    )
     assert _usage([*RUN, "--input-file", str(tmp_path / "missing.txt")], capsys).startswith(
-        f"callgate run: argument --input-file: cannot read {tmp_path / 'missing.txt'}: ")
+        f"callgate run: argument --input-file: cannot read {tmp_path / 'missing.txt'}: "
+    )
 
 
 def test_bad_flags_are_one_line_exit_2(
     deployment: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _usage([*RUN[:-1], "[]", "--input", "x"], capsys) == (
-        "callgate run: argument --identity: must be a JSON object (see `callgate run --help`)")
+        "callgate run: argument --identity: must be a JSON object (see `callgate run --help`)"
+    )
     (tmp_path / "f").write_text("y", encoding="utf-8")
     assert _usage([*RUN, "--input", "x", "--input-file", str(tmp_path / "f")], capsys) == (
         "callgate run: argument --input-file: not allowed with argument --input "
-        "(see `callgate run --help`)")
+        "(see `callgate run --help`)"
+    )
     assert _usage(["runs", "--limit", "0"], capsys) == (
         "callgate runs: argument --limit: '0' is not a whole number ≥ 1 "
-        "(see `callgate runs --help`)")
+        "(see `callgate runs --help`)"
+    )
     assert _usage(["runs", "--status", "done"], capsys).startswith(
-        "callgate runs: argument --status: unknown status 'done' (one of queued, ")
+        "callgate runs: argument --status: unknown status 'done' (one of queued, "
+    )
     assert _usage(["nosuch"], capsys).startswith("callgate: argument command: invalid choice")
     assert main([*RUN, "--input", "x", "--max-turns", "0"]) == 2
     assert _one_line(capsys).startswith("callgate: invalid run spec: max_turns: ")

@@ -46,10 +46,10 @@ def test_runs_lists_the_index_newest_first_with_filters(
     rows = _json(["runs", "--json"], capsys)
     assert isinstance(rows, list)
     assert {r["run_id"] for r in rows} == {first, second, third}
-    assert [r["created_ms"] for r in rows] == sorted((r["created_ms"] for r in rows),
-                                                     reverse=True)
-    assert {(r["status"], r["user"], r["model"]) for r in rows} == {("awaiting_model", "alice",
-                                                                      "m")}
+    assert [r["created_ms"] for r in rows] == sorted((r["created_ms"] for r in rows), reverse=True)
+    assert {(r["status"], r["user"], r["model"]) for r in rows} == {
+        ("awaiting_model", "alice", "m")
+    }
     assert _json(["runs", "--json", "--limit", "2"], capsys) == rows[:2]
     assert _json(["runs", "--json", "--status", "completed,failed"], capsys) == []
     assert _json(["runs", "--json", "--status", "awaiting_model", "--since", "1h"], capsys) == rows
@@ -94,8 +94,7 @@ async def _dead_letter_two(settings: Settings) -> str:
         async def refuse(envelope: Envelope, delivery: Delivery) -> None:
             raise CallgateError("no such tool at redis://u:pw-123@db:6379")
 
-        worker = StreamWorker(redis, settings, group="validator", streams=[stream],
-                              handler=refuse)
+        worker = StreamWorker(redis, settings, group="validator", streams=[stream], handler=refuse)
         assert await worker.run_burst() == 2
     finally:
         await redis.aclose()
@@ -112,7 +111,11 @@ def test_dead_letters_say_what_and_why(
     refused, garbled = letters  # newest first
     stream = Keys(deployment.key_prefix).stream("validate", 0)
     assert (refused["stream"], refused["group"], refused["kind"], refused["run_id"]) == (
-        stream, "validator", "turn_request", run_id)
+        stream,
+        "validator",
+        "turn_request",
+        run_id,
+    )
     assert refused["reason"].startswith("CallgateError: no such tool")
     assert "pw-123" not in refused["reason"] and "[redacted]" in refused["reason"]
     assert (garbled["kind"], garbled["run_id"]) == (None, None)

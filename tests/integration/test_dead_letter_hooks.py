@@ -47,7 +47,11 @@ async def _always_fails(runtime: Runtime) -> Handler:
 
 
 async def _live_run(
-    runtime: Runtime, run_id: str, *, tool: str = "bench_read", attempts: int = 0,
+    runtime: Runtime,
+    run_id: str,
+    *,
+    tool: str = "bench_read",
+    attempts: int = 0,
     state: CallState = CallState.EXECUTING,
 ) -> None:
     """A run on its second turn with one call of that turn, executing."""
@@ -111,8 +115,11 @@ async def test_a_dead_exec_order_sends_its_executing_write_to_the_reconciler(
 
 @pytest.mark.parametrize(
     ("kind", "call_ids", "fails"),
-    [("validate", ("t2.0",), True), ("decisions", ("t2.0",), False),
-     ("validate", ("t2.9",), False)],
+    [
+        ("validate", ("t2.0",), True),
+        ("decisions", ("t2.0",), False),
+        ("validate", ("t2.9",), False),
+    ],
     ids=["own-stream", "decisions-stream", "no-such-call"],
 )
 async def test_a_dead_validate_order_fails_its_run_only_from_the_validate_stream(
@@ -124,8 +131,9 @@ async def test_a_dead_validate_order_fails_its_run_only_from_the_validate_stream
     run_id = f"dl-hook-{kind}-{fails}"
     await _live_run(runtime, run_id)
     order = ValidateRequest(run_id=run_id, turn=2, call_ids=call_ids)
-    letter = DeadLetter(runtime.keys.run_stream(kind, run_id), "1-1", "poison", 5,
-                        encode(order), order)
+    letter = DeadLetter(
+        runtime.keys.run_stream(kind, run_id), "1-1", "poison", 5, encode(order), order
+    )
     assert validator.SPEC.on_dead_letter is not None
     await validator.SPEC.on_dead_letter(runtime, letter)
 
@@ -145,8 +153,9 @@ async def test_a_message_off_its_stream_is_dead_lettered_before_any_handler(
     stream = runtime.keys.run_stream("decisions", run_id)
     await post(runtime.redis, stream, order)
 
-    failing = ServiceSpec("validator", validator.SPEC.stream_kinds, _always_fails,
-                          validator.SPEC.on_dead_letter)
+    failing = ServiceSpec(
+        "validator", validator.SPEC.stream_kinds, _always_fails, validator.SPEC.on_dead_letter
+    )
     await serve(failing, runtime, burst=True)
 
     [(_, fields)] = await runtime.redis.xrange(runtime.keys.dead_letter_for(stream))
@@ -164,8 +173,9 @@ async def test_a_dead_reconcile_order_goes_to_a_person_only_from_the_reconcile_s
     run_id = f"dl-reconcile-{kind}"
     await _live_run(runtime, run_id, tool="send_postcard", attempts=1, state=CallState.UNKNOWN)
     order = ReconcileRequest(run_id=run_id, turn=2, call_id="t2.0")
-    letter = DeadLetter(runtime.keys.run_stream(kind, run_id), "1-1", "poison", 5,
-                        encode(order), order)
+    letter = DeadLetter(
+        runtime.keys.run_stream(kind, run_id), "1-1", "poison", 5, encode(order), order
+    )
     assert reconciler.SPEC.on_dead_letter is not None
     await reconciler.SPEC.on_dead_letter(runtime, letter)
 

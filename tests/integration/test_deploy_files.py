@@ -204,8 +204,9 @@ def test_keys_new_prints_each_kinds_trust_entry(
 
 
 def test_deploy_init_api_adds_the_http_apis_delegate_key(tmp_path: Path) -> None:
-    code, directory = _deploy_init(tmp_path, "--service", "frontdesk", "--person", "carol",
-                                   "--role", "events-lead", "--api")
+    code, directory = _deploy_init(
+        tmp_path, "--service", "frontdesk", "--person", "carol", "--role", "events-lead", "--api"
+    )
     assert code == 0
     trust = load_trust(directory / "trust.json")
     assert trust.delegates["api"].signs_for == ["carol"]

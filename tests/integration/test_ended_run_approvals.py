@@ -66,8 +66,11 @@ async def _dead_letter(runtime: Runtime, run_id: str) -> None:
     order = ValidateRequest(run_id=run_id, turn=1, call_ids=("t1.0",))
     await post(runtime.redis, runtime.keys.run_stream("validate", run_id), order)
     spec = validator.SPEC
-    await serve(ServiceSpec(spec.name, ("validate",), _always_fails, spec.on_dead_letter),
-                runtime, burst=True)
+    await serve(
+        ServiceSpec(spec.name, ("validate",), _always_fails, spec.on_dead_letter),
+        runtime,
+        burst=True,
+    )
 
 
 async def _deadline(runtime: Runtime, run_id: str) -> None:

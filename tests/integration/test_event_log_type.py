@@ -59,8 +59,15 @@ async def test_an_event_log_that_expired_before_its_run_is_checked_when_a_person
     await redis.delete(keys.events(RUN))  # expired first
     await redis.zadd(keys.events(RUN), {"planted": 1})
     decider = Decider(person="carol", signer="carol", token="t", jti="j-1")
-    resume = await ledger.resume_run(run, decider, turn=run.turn + 1, max_turns=5,
-                                     deadline_ms=None, max_total_tokens=None, msg_id="m-1")
+    resume = await ledger.resume_run(
+        run,
+        decider,
+        turn=run.turn + 1,
+        max_turns=5,
+        deadline_ms=None,
+        max_total_tokens=None,
+        msg_id="m-1",
+    )
     with pytest.raises(TxRejectedError, match="key holds a zset"):
         await ledger.apply(resume)
     assert await redis.hget(keys.run(RUN), "status") == b"handed_off"

@@ -47,9 +47,15 @@ async def _hold(ctx: ToolContext, args: HoldArgs, operation_id: str) -> dict[str
     return {"held": args.memo}
 
 
-GATED = Tool(name="gated_hold", version="1", description="Hold, with an events-lead's approval.",
-             args_model=HoldArgs, effect=Effect.IDEMPOTENT_WRITE, execute=_hold,
-             approval=lambda identity, args: "events-lead")
+GATED = Tool(
+    name="gated_hold",
+    version="1",
+    description="Hold, with an events-lead's approval.",
+    args_model=HoldArgs,
+    effect=Effect.IDEMPOTENT_WRITE,
+    execute=_hold,
+    approval=lambda identity, args: "events-lead",
+)
 
 
 @pytest.fixture
@@ -67,13 +73,33 @@ async def _gated_call(
     """alice's gated_hold call in ``state``, under an approval carol signed (in state
     ``approval``; None: the call names none)."""
     run_id = f"run-{new_id()}"
-    run = RunRecord(run_id=run_id, status=RunState.EXECUTING, api="openai-chat", model="m",
-                    input="i", turn=1, identity={"user": "alice"}, allowed_tools=["gated_hold"])
-    call = CallRecord(run_id=run_id, call_id="t1.0", turn=1, index=0, provider_call_id="c1",
-                      tool="gated_hold", tool_version="1", arguments=ARGS, raw_arguments="{}",
-                      effect=Effect.IDEMPOTENT_WRITE, state=state, decision="needs_approval",
-                      approval_id=None if approval is None else "apr-1",
-                      operation_id="op-1", attempts=attempts)
+    run = RunRecord(
+        run_id=run_id,
+        status=RunState.EXECUTING,
+        api="openai-chat",
+        model="m",
+        input="i",
+        turn=1,
+        identity={"user": "alice"},
+        allowed_tools=["gated_hold"],
+    )
+    call = CallRecord(
+        run_id=run_id,
+        call_id="t1.0",
+        turn=1,
+        index=0,
+        provider_call_id="c1",
+        tool="gated_hold",
+        tool_version="1",
+        arguments=ARGS,
+        raw_arguments="{}",
+        effect=Effect.IDEMPOTENT_WRITE,
+        state=state,
+        decision="needs_approval",
+        approval_id=None if approval is None else "apr-1",
+        operation_id="op-1",
+        attempts=attempts,
+    )
     await seed(rt.ledger, run, [call])
     if approval is not None:
         record = _signed_approval(run_id, approval)
@@ -83,15 +109,31 @@ async def _gated_call(
 
 def _signed_approval(run_id: str, state: str) -> ApprovalRecord:
     hashed = args_hash(ARGS)
-    claims = approval_claims("approve", run=run_id, apr="apr-1", call="t1.0", hash=hashed,
-                             reason=None, jti=new_id())
+    claims = approval_claims(
+        "approve", run=run_id, apr="apr-1", call="t1.0", hash=hashed, reason=None, jti=new_id()
+    )
     token = sign_decision(keyring().signer("carol"), person="carol", claims=claims)
     now = int(time.time() * 1000)
-    return ApprovalRecord.model_validate(dict(
-        approval_id="apr-1", run_id=run_id, turn=1, call_id="t1.0", tool="gated_hold",
-        tool_version="1", args_hash=hashed, arguments="{}", requested_by="alice",
-        approver_role="events-lead", expires_ms=now + 60_000, state=state, decided_by="carol",
-        decided_ms=now, signed_by="carol", decision_token=token))
+    return ApprovalRecord.model_validate(
+        dict(
+            approval_id="apr-1",
+            run_id=run_id,
+            turn=1,
+            call_id="t1.0",
+            tool="gated_hold",
+            tool_version="1",
+            args_hash=hashed,
+            arguments="{}",
+            requested_by="alice",
+            approver_role="events-lead",
+            expires_ms=now + 60_000,
+            state=state,
+            decided_by="carol",
+            decided_ms=now,
+            signed_by="carol",
+            decision_token=token,
+        )
+    )
 
 
 async def _deliver(executor: Executor, call: CallRecord) -> CallRecord:
@@ -139,16 +181,18 @@ async def test_a_redelivery_of_the_call_that_consumed_its_approval_is_sent_again
     ("state", "approval", "why"),
     [
         pytest.param(CallState.APPROVED, "consumed", "used already", id="approval-used"),
-        pytest.param(CallState.ALLOWED, None, "needs an approval by events-lead",
-                     id="approval-stripped"),
+        pytest.param(
+            CallState.ALLOWED, None, "needs an approval by events-lead", id="approval-stripped"
+        ),
         pytest.param(CallState.EXECUTING, "approved", "not consumed", id="taken-unconsumed"),
     ],
 )
 async def test_a_gated_call_without_a_usable_approval_sends_nothing(
     executor: Executor, state: CallState, approval: str | None, why: str
 ) -> None:
-    call = await _gated_call(executor.rt, state, approval,
-                             attempts=1 if state == CallState.EXECUTING else 0)
+    call = await _gated_call(
+        executor.rt, state, approval, attempts=1 if state == CallState.EXECUTING else 0
+    )
 
     after = await _deliver(executor, call)
 
@@ -156,4 +200,3 @@ async def test_a_gated_call_without_a_usable_approval_sends_nothing(
     assert after.result is not None
     error = after.result.model_dump()["error"]
     assert error["code"] == "approval_mismatch" and why in error["message"], error
-

@@ -46,8 +46,9 @@ async def _allowed_read(rt: Runtime, ledger_key: str) -> tuple[str, str]:
 
 
 def _order(key: str, version: str = "1", user: str = "alice") -> ExecFacts:
-    call = ExecCallFacts(tool="bench_read", tool_version=version, effect=Effect.READ,
-                         arguments={"key": key})
+    call = ExecCallFacts(
+        tool="bench_read", tool_version=version, effect=Effect.READ, arguments={"key": key}
+    )
     return ExecFacts(run=ExecRunFacts(identity={"user": user}), call=call)
 
 
@@ -94,10 +95,7 @@ async def test_an_ordered_read_runs_from_its_message_and_settles_in_one_step(
 
 @pytest.mark.parametrize(
     "order",
-    [
-        _order("forged"),
-        _order("k", user="admin"),
-    ],
+    [_order("forged"), _order("k", user="admin")],
     ids=["other-arguments", "other-identity"],
 )
 async def test_an_order_the_ledger_contradicts_runs_as_the_ledger_says(

@@ -46,17 +46,16 @@ async def test_same_run_id_twice_creates_one_run_and_one_turn_request(
     assert await client.submit(spec(run_id)) == run_id  # arq dedups while the result is kept
     await drain(settings)
     # Past arq's dedup (its result expired, or another path): the ledger's create-once guard.
-    again = await start_run({"runtime": runtime, "job_id": "other"},
-                            signed_job(spec(run_id), run_id))
+    again = await start_run(
+        {"runtime": runtime, "job_id": "other"}, signed_job(spec(run_id), run_id)
+    )
     assert again == {"run_id": run_id, "created": False}
 
     status = await client.status(run_id)
     assert status["status"] == "awaiting_model" and status["turn"] == 1
     [message] = await turn_messages(redis, runtime, run_id)
     assert (message.turn, message.reason) == (1, "start")
-    assert await runtime.ledger.history(run_id) == [
-        {"role": "user", "content": spec()["input"]}
-    ]
+    assert await runtime.ledger.history(run_id) == [{"role": "user", "content": spec()["input"]}]
     created = [e for e in await client.events(run_id) if e.type == "run.created"]
     assert len(created) == 1
 
@@ -71,17 +70,22 @@ async def test_run_id_defaults_to_the_job_id(
 
 
 async def test_invalid_spec_creates_nothing_and_says_why(
-    settings: Settings, pool: ArqRedis, client: CallgateClient, runtime: Runtime,
+    settings: Settings,
+    pool: ArqRedis,
+    client: CallgateClient,
+    runtime: Runtime,
     redis: aioredis.Redis,
 ) -> None:
     run_id = new_run_id()
     with pytest.raises(RunSpecError, match="max_turn: unknown field"):
         await client.submit(spec(run_id, max_turn=3))  # the client checks before enqueueing
-    await pool.enqueue_job(START_RUN, signed_job(spec(run_id, max_turn=3), run_id),
-                           _job_id=run_id)
+    await pool.enqueue_job(START_RUN, signed_job(spec(run_id, max_turn=3), run_id), _job_id=run_id)
     bad_tools = new_run_id()
-    await pool.enqueue_job(START_RUN, signed_job(spec(bad_tools, allowed_tools=["no_such_tool"]),
-                                                 bad_tools), _job_id=bad_tools)
+    await pool.enqueue_job(
+        START_RUN,
+        signed_job(spec(bad_tools, allowed_tools=["no_such_tool"]), bad_tools),
+        _job_id=bad_tools,
+    )
     assert await drain(settings) == (0, 2)
 
     for rid in (run_id, bad_tools):
@@ -108,7 +112,11 @@ async def test_wait_returns_when_the_run_becomes_terminal(
     assert not waiter.done(), "awaiting_model is neither terminal nor paused"
 
     tx = runtime.ledger.run_transition(
-        Tx(), run_id, RunState.AWAITING_MODEL, RunState.COMPLETED, expect_turn=1,
+        Tx(),
+        run_id,
+        RunState.AWAITING_MODEL,
+        RunState.COMPLETED,
+        expect_turn=1,
         fields={"final_text": "On time."},
     )
     started = time.monotonic()
@@ -158,13 +166,24 @@ async def test_approval_sweep_expires_only_pending_approvals_past_their_time(
         ("apr-live", "pending", now + 600_000),
     ):
         record = ApprovalRecord(
-            approval_id=approval_id, run_id="r-sweep", turn=1, call_id=f"c-{approval_id}",
-            tool="reserve_seat", tool_version="1", args_hash="h", arguments="{}",
-            requested_by="alice", approver_role="events-lead", expires_ms=expires_ms, state=state,
+            approval_id=approval_id,
+            run_id="r-sweep",
+            turn=1,
+            call_id=f"c-{approval_id}",
+            tool="reserve_seat",
+            tool_version="1",
+            args_hash="h",
+            arguments="{}",
+            requested_by="alice",
+            approver_role="events-lead",
+            expires_ms=expires_ms,
+            state=state,
         )
         await redis.hset(keys.approval("r-sweep", approval_id), mapping=record.to_hash())  # type: ignore[misc]
-        await redis.zadd(keys.pending_approvals(keys.partition("r-sweep")),
-                         {f"r-sweep {approval_id}": expires_ms})
+        await redis.zadd(
+            keys.pending_approvals(keys.partition("r-sweep")),
+            {f"r-sweep {approval_id}": expires_ms},
+        )
     assert await sweep_approvals({"runtime": runtime}) == 1
     entries = await redis.xrange(keys.run_stream("decisions", "r-sweep"))
     [expired] = [decode(fields[b"d"]) for _, fields in entries]
@@ -182,9 +201,17 @@ async def test_approval_sweep_drops_entries_whose_approval_no_longer_waits(
     index = keys.pending_approvals(keys.partition("r-gone"))
     await redis.zadd(index, {"r-gone apr-1": now - 3000, "r-gone apr-2": now - 2000})
     record = ApprovalRecord(
-        approval_id="apr-due", run_id="r-gone", turn=1, call_id="c-due", tool="reserve_seat",
-        tool_version="1", args_hash="h", arguments="{}", requested_by="alice",
-        approver_role="events-lead", expires_ms=now - 1000,
+        approval_id="apr-due",
+        run_id="r-gone",
+        turn=1,
+        call_id="c-due",
+        tool="reserve_seat",
+        tool_version="1",
+        args_hash="h",
+        arguments="{}",
+        requested_by="alice",
+        approver_role="events-lead",
+        expires_ms=now - 1000,
     )
     await redis.hset(keys.approval("r-gone", "apr-due"), mapping=record.to_hash())  # type: ignore[misc]
     await redis.zadd(index, {"r-gone apr-due": now - 1000})
@@ -203,8 +230,12 @@ def test_module_entry_point_runs_queued_jobs(
             await c.submit(spec(run_id))
 
     asyncio.run(submit())
-    proc = subprocess.run([sys.executable, "-m", "callgate.services.ingress", "--burst"],
-                          env=subprocess_env, capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "callgate.services.ingress", "--burst"],
+        env=subprocess_env,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
 
     async def check() -> dict[str, Any]:

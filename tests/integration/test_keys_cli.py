@@ -88,8 +88,9 @@ def test_list_shows_names_and_public_keys_never_private_ones(
     assert printed["dave"] in out and "PRIVATE" not in out
 
 
-@pytest.mark.parametrize("args", [["../evil"], [".hidden"], ["dave", "--role", "two words"],
-                                  ["dave", "--role", ""]])
+@pytest.mark.parametrize(
+    "args", [["../evil"], [".hidden"], ["dave", "--role", "two words"], ["dave", "--role", ""]]
+)
 def test_unusable_name_or_role_is_a_usage_error(
     home: Path, capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> None:

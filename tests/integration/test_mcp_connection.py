@@ -21,20 +21,30 @@ SERVER = Path(__file__).resolve().parents[1] / "mcp" / "server.py"
 
 
 def _stdio(state: Path, **entry: object) -> McpServer:
-    return McpServer.model_validate({"name": "shop", "trusted": True,
-                                     "command": [sys.executable, str(SERVER), str(state), "stdio"],
-                                     **entry})
+    return McpServer.model_validate(
+        {
+            "name": "shop",
+            "trusted": True,
+            "command": [sys.executable, str(SERVER), str(state), "stdio"],
+            **entry,
+        }
+    )
 
 
 async def test_tools_are_listed_with_their_effects(tmp_path: Path) -> None:
     opened = await open_mcp_tools((_stdio(tmp_path),), 2.0)
     try:
         effects = {tool.name: tool.effect for tool, _ in opened.tools}
-        assert effects == {"shop__forecast": Effect.READ, "shop__whoami": Effect.READ,
-                           "shop__set_status": Effect.IDEMPOTENT_WRITE,
-                           "shop__note": Effect.WRITE, "shop__cancel_order": Effect.WRITE,
-                           "shop__set_price": Effect.IDEMPOTENT_WRITE, "shop__evolve": Effect.WRITE,
-                           "shop__find_cancellation": Effect.READ}
+        assert effects == {
+            "shop__forecast": Effect.READ,
+            "shop__whoami": Effect.READ,
+            "shop__set_status": Effect.IDEMPOTENT_WRITE,
+            "shop__note": Effect.WRITE,
+            "shop__cancel_order": Effect.WRITE,
+            "shop__set_price": Effect.IDEMPOTENT_WRITE,
+            "shop__evolve": Effect.WRITE,
+            "shop__find_cancellation": Effect.READ,
+        }
     finally:
         await opened.close()
 
@@ -72,8 +82,11 @@ async def test_a_write_goes_out_only_on_a_session_that_answers(tmp_path: Path) -
         os.kill(first, signal.SIGKILL)  # the session broke while idle: found before sending
         answer = to_result(await connection.call("note", {"text": "after"}, None, retry=False))
         assert answer == {"noted": "after"}
-        notes = [line for line in (tmp_path / "events.jsonl").read_text().splitlines()
-                 if '"note"' in line]
+        notes = [
+            line
+            for line in (tmp_path / "events.jsonl").read_text().splitlines()
+            if '"note"' in line
+        ]
         assert len(notes) == 2
     finally:
         await connection.close()

@@ -27,7 +27,12 @@ async def test_a_scrape_reads_a_bounded_share_of_each_partition_and_every_group(
     assert snap.dead_letters == {0: 0, 1: 1}
     [group] = snap.groups
     assert (group.stream, group.partition, group.group, group.pending, group.lag) == (
-        "exec", 1, "executor", 0, 1)
+        "exec",
+        1,
+        "executor",
+        0,
+        1,
+    )
 
     everything = await snapshot(redis, keys)
     assert everything.runs == {"completed": 15, "queued": 15}

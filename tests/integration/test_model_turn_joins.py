@@ -60,11 +60,13 @@ async def _turn_with_its_call_run(worker: ModelTurn) -> str:
     ledger.run_transition(decided, run.run_id, [RunState.VALIDATING], RunState.EXECUTING)
     ledger.call_transition(decided, run.run_id, "t1.0", [CallState.REQUESTED], CallState.ALLOWED)
     assert (await ledger.apply(decided)).ok
-    taken = ledger.call_transition(Tx(), run.run_id, "t1.0", [CallState.ALLOWED],
-                                   CallState.EXECUTING, {"attempts": 1})
+    taken = ledger.call_transition(
+        Tx(), run.run_id, "t1.0", [CallState.ALLOWED], CallState.EXECUTING, {"attempts": 1}
+    )
     assert (await ledger.apply(taken)).ok
-    tx = ledger.call_transition(Tx(), run.run_id, "t1.0", [CallState.EXECUTING],
-                                CallState.SUCCEEDED, {"result": RESULT})
+    tx = ledger.call_transition(
+        Tx(), run.run_id, "t1.0", [CallState.EXECUTING], CallState.SUCCEEDED, {"result": RESULT}
+    )
     assert (await ledger.apply(tx)).ok
     return run.run_id
 
@@ -115,7 +117,8 @@ async def test_a_result_message_the_ledger_contradicts_never_reaches_the_model(
 
 
 def test_a_result_message_whose_result_is_no_result_does_not_decode() -> None:
-    forged = encode(CallResult(run_id="r", turn=1, call_id="t1.0", state="succeeded",
-                               result=RESULT))
+    forged = encode(
+        CallResult(run_id="r", turn=1, call_id="t1.0", state="succeeded", result=RESULT)
+    )
     with pytest.raises(EnvelopeError, match="result"):
         decode(forged.replace(b'"status":"ok"', b'"status":"maybe"'))

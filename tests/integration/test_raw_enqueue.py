@@ -38,8 +38,13 @@ NO_CALLGATE = (
 def pipeline(redis_server: EmbeddedRedis) -> Iterator[LocalSystem]:
     """Every worker but the ingress (the test runs it in burst mode), the travel service and
     the scripted model."""
-    spec = SystemSpec(services=("travel",), scripted_model=True, redis_url=redis_server.url,
-                      replicas={"ingress": 0, "reconciler": 0}, grace_s=3.0)
+    spec = SystemSpec(
+        services=("travel",),
+        scripted_model=True,
+        redis_url=redis_server.url,
+        replicas={"ingress": 0, "reconciler": 0},
+        grace_s=3.0,
+    )
     with LocalSystem(spec) as system:
         yield system
 
@@ -58,12 +63,22 @@ def raw_spec(**changes: Any) -> dict[str, Any]:
     }
 
 
-def submit_raw(system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any],
-               *, fresh: bool = True) -> str:
+def submit_raw(
+    system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any], *, fresh: bool = True
+) -> str:
     """Enqueue ``spec`` signed over ``signed`` (the same spec, unless a test tampers)."""
     key_file = Path(system.env["CALLGATE_HOME"]) / "keys" / "local.pem"
-    argv = [sys.executable, "-c", NO_CALLGATE, str(SUBMITTER), system.env["REDIS_URL"],
-            system.env["CALLGATE_KEY_PREFIX"], str(key_file), "local", json.dumps(signed)]
+    argv = [
+        sys.executable,
+        "-c",
+        NO_CALLGATE,
+        str(SUBMITTER),
+        system.env["REDIS_URL"],
+        system.env["CALLGATE_KEY_PREFIX"],
+        str(key_file),
+        "local",
+        json.dumps(signed),
+    ]
     if spec != signed:
         argv.append(json.dumps(spec))
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=system.env)
@@ -72,8 +87,13 @@ def submit_raw(system: LocalSystem, spec: dict[str, Any], signed: dict[str, Any]
 
 
 def run_ingress_burst(system: LocalSystem) -> None:
-    done = subprocess.run([sys.executable, "-m", "callgate.services.ingress", "--burst"],
-                          capture_output=True, text=True, timeout=60, env=system.env)
+    done = subprocess.run(
+        [sys.executable, "-m", "callgate.services.ingress", "--burst"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=system.env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -196,8 +196,14 @@ async def test_slack_consumes_notifications_and_writes_only_decisions_and_dead_l
     locked: LockedRedis,
 ) -> None:
     notify = KEYS.stream("notify", 0)
-    note = OutcomeUnknown(run_id="run-slack-acl", turn=1, call_id="t1.0", tool="reserve_seat",
-                          operation_id="op-1", detail="lost answer")
+    note = OutcomeUnknown(
+        run_id="run-slack-acl",
+        turn=1,
+        call_id="t1.0",
+        tool="reserve_seat",
+        operation_id="op-1",
+        detail="lost answer",
+    )
     with locked.client("workers") as workers:
         workers.xadd(notify, {"d": encode(note)})
         workers.xadd(notify, {"d": b"not a notification"})
@@ -253,7 +259,8 @@ async def test_the_http_api_serves_as_api_and_redis_refuses_it_nothing(
         run_id = answer.json()["run_id"]
         deadline = time.monotonic() + 30
         while (view := (await api.get(f"/runs/{run_id}", headers=bearer)).json())[
-                "status"] != "completed" and time.monotonic() < deadline:
+            "status"
+        ] != "completed" and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert_travel_completed(view)
         assert (await api.get(f"/runs/{run_id}/events", headers=bearer)).status_code == 200
@@ -266,11 +273,12 @@ async def test_the_http_api_serves_as_api_and_redis_refuses_it_nothing(
         key_refused(door, "XADD", KEYS.stream("exec", 0), "*", "d", "{}")
         key_refused(door, "SETNX", f"arq:result:{run_id}", "forged")
         key_refused(door, "EVALSHA", APPLY_SHA, 1, KEYS.run(run_id), "{}")
-        for command in (("HSET", KEYS.run(run_id), "status", "cancelled"),
-                        ("DEL", KEYS.run(run_id)),
-                        ("XREADGROUP", "GROUP", "executor", "x", "STREAMS",
-                         KEYS.stream("exec", 0), ">"),
-                        ("KEYS", "*")):
+        for command in (
+            ("HSET", KEYS.run(run_id), "status", "cancelled"),
+            ("DEL", KEYS.run(run_id)),
+            ("XREADGROUP", "GROUP", "executor", "x", "STREAMS", KEYS.stream("exec", 0), ">"),
+            ("KEYS", "*"),
+        ):
             command_refused(door, *command)
 
 

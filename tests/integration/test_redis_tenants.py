@@ -74,27 +74,46 @@ class Tenants:
         """A client of ``user``'s login, signing as ``tenant``'s submitting service."""
         name = f"{tenant}_frontdesk" if tenant else "local"
         key = LocalKeyring(self.home).key_path(name)
-        return Settings(redis_url=self.locked.url(user), key_prefix=PREFIX, read_block_ms=50,
-                        tenant=tenant, home=self.home, trust_file=self.home / "trust.json",
-                        submitter=name, signing_key=key if tenant else None)
+        return Settings(
+            redis_url=self.locked.url(user),
+            key_prefix=PREFIX,
+            read_block_ms=50,
+            tenant=tenant,
+            home=self.home,
+            trust_file=self.home / "trust.json",
+            submitter=name,
+            signing_key=key if tenant else None,
+        )
 
     def submitter_env(self, tenant: str) -> dict[str, str]:
         """The environment that makes the CLI sign as ``tenant``'s submitting service."""
         name = f"{tenant}_frontdesk"
-        return {"CALLGATE_SUBMITTER": name,
-                "CALLGATE_SIGNING_KEY": str(LocalKeyring(self.home).key_path(name))}
+        return {
+            "CALLGATE_SUBMITTER": name,
+            "CALLGATE_SIGNING_KEY": str(LocalKeyring(self.home).key_path(name)),
+        }
 
     def callgate(
         self, user: str, tenant: str | None, *args: str, **extra: str
     ) -> subprocess.CompletedProcess[str]:
         """The `callgate` command as someone holding ``user``'s login runs it."""
-        env = {**self.system.env, "REDIS_URL": self.locked.url(user),
-               "CALLGATE_KEY_PREFIX": PREFIX, "CALLGATE_HOME": str(self.home), **extra}
+        env = {
+            **self.system.env,
+            "REDIS_URL": self.locked.url(user),
+            "CALLGATE_KEY_PREFIX": PREFIX,
+            "CALLGATE_HOME": str(self.home),
+            **extra,
+        }
         env.pop("CALLGATE_TENANT", None)
         if tenant is not None:
             env["CALLGATE_TENANT"] = tenant
-        return subprocess.run([sys.executable, "-m", "callgate.ops.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "callgate.ops.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def _tenant_submitters(home: Path) -> None:
@@ -105,8 +124,10 @@ def _tenant_submitters(home: Path) -> None:
         key = new_private_key()
         write_private_key(LocalKeyring(home).key_path(f"{tenant}_frontdesk"), key)
         document["submitters"][f"{tenant}_frontdesk"] = {
-            "public_key": public_key_text(key), "grants": ["*"],
-            "attributes": {"tenant": [tenant]}}
+            "public_key": public_key_text(key),
+            "grants": ["*"],
+            "attributes": {"tenant": [tenant]},
+        }
     trust_file.write_text(json.dumps(document))
 
 
@@ -126,23 +147,43 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
         "OPENAI_API_KEY": "scripted-local",
     }
     with locked_redis(tmp_path_factory.mktemp("tenants-acl")) as locked:
-        spec = SystemSpec(services=(), scripted_model=False, redis_url=locked.url("workers"),
-                          key_prefix=PREFIX, tool_modules=("notes_agent.tools",), env=env,
-                          grace_s=3.0)
+        spec = SystemSpec(
+            services=(),
+            scripted_model=False,
+            redis_url=locked.url("workers"),
+            key_prefix=PREFIX,
+            tool_modules=("notes_agent.tools",),
+            env=env,
+            grace_s=3.0,
+        )
         with LocalSystem(spec) as system:
-            system.start_listener("model", [
-                sys.executable, "-m", "callgate.standins.scripted_model", "--port",
-                str(model_port), "--scenarios", str(EXAMPLES / "notes_agent" / "scenarios")])
-            system.start_listener("notes", [
-                sys.executable, "-m", "notes_agent.service", "--port", str(notes_port)])
+            system.start_listener(
+                "model",
+                [
+                    sys.executable,
+                    "-m",
+                    "callgate.standins.scripted_model",
+                    "--port",
+                    str(model_port),
+                    "--scenarios",
+                    str(EXAMPLES / "notes_agent" / "scenarios"),
+                ],
+            )
+            system.start_listener(
+                "notes", [sys.executable, "-m", "notes_agent.service", "--port", str(notes_port)]
+            )
             yield Tenants(locked, system, home)
 
 
 async def paused_note(tenants: Tenants, user: str, tenant: str) -> dict[str, Any]:
     """``user`` of ``tenant`` asks for a team note; the run's view once paused for approval."""
-    spec = {"api": "openai-chat", "model": "notes-agent", "input": f"standup of {user}",
-            "identity": {"user": user, "tenant": tenant},
-            "allowed_tools": ["search_notes", "add_note"]}
+    spec = {
+        "api": "openai-chat",
+        "model": "notes-agent",
+        "input": f"standup of {user}",
+        "identity": {"user": user, "tenant": tenant},
+        "allowed_tools": ["search_notes", "add_note"],
+    }
     async with CallgateClient(tenants.settings(f"submitters_{tenant}", tenant)) as client:
         run_id = await client.submit(spec)
         deadline = time.monotonic() + 30
@@ -219,8 +260,10 @@ def test_another_tenants_logins_read_nothing_of_alices_run(
 
 
 PARTITION_INBOX = [
-    read for index in (KEYS.pending_approvals(0), KEYS.unresolved_calls(0))
-    for read in (("ZRANGE", index, 0, -1), ("ZSCAN", index, 0))]
+    read
+    for index in (KEYS.pending_approvals(0), KEYS.unresolved_calls(0))
+    for read in (("ZRANGE", index, 0, -1), ("ZSCAN", index, 0))
+]
 """The partition's inbox indices: every tenant's run ids, approval and call ids, and times."""
 
 
@@ -300,8 +343,9 @@ def test_the_cli_under_a_tenants_login_lists_and_shows_its_runs_only(
     # A follow-up input: acme's service may send one (its job id carries acme's prefix);
     # globex's login may not even enqueue it.
     reply = ("reply", run_id, "--input", "thanks", "--policy", "enqueue", "--timeout", "30")
-    foreign = tenants.callgate("submitters_globex", "globex", *reply,
-                               **tenants.submitter_env("globex"))
+    foreign = tenants.callgate(
+        "submitters_globex", "globex", *reply, **tenants.submitter_env("globex")
+    )
     assert foreign.returncode == 1 and "Redis refused" in foreign.stderr, foreign
     replied = tenants.callgate("submitters_acme", "acme", *reply, **tenants.submitter_env("acme"))
     assert replied.returncode == 0 and "reply admitted" in replied.stdout, replied
@@ -329,8 +373,12 @@ def test_a_cancel_under_acmes_login_takes_the_approval_out_of_acmes_inbox(
 async def test_a_globex_submitter_cannot_start_a_run_under_an_acme_run_id(
     tenants: Tenants, acme_run: dict[str, Any]
 ) -> None:
-    bob = {"api": "openai-chat", "model": "notes-agent", "input": "standup",
-           "identity": {"user": "bob", "tenant": "globex"}}
+    bob = {
+        "api": "openai-chat",
+        "model": "notes-agent",
+        "input": "standup",
+        "identity": {"user": "bob", "tenant": "globex"},
+    }
     # Its own login may not even write the job.
     async with CallgateClient(tenants.settings("submitters_globex", "globex")) as client:
         with pytest.raises(NoPermissionError):
@@ -350,9 +398,21 @@ async def test_a_globex_submitter_cannot_start_a_run_under_an_acme_run_id(
                 await client.wait(run_id, 30)
     # Acme's own service submits under its login with `callgate run`, minting an acme id.
     started = tenants.callgate(
-        "submitters_acme", "acme", "run", "--api", "openai-chat", "--model", "notes-agent",
-        "--tools", "search_notes", "--input", "standup", "--identity",
-        '{"user": "alice", "tenant": "acme"}', **tenants.submitter_env("acme"))
+        "submitters_acme",
+        "acme",
+        "run",
+        "--api",
+        "openai-chat",
+        "--model",
+        "notes-agent",
+        "--tools",
+        "search_notes",
+        "--input",
+        "standup",
+        "--identity",
+        '{"user": "alice", "tenant": "acme"}',
+        **tenants.submitter_env("acme"),
+    )
     assert started.returncode == 0 and started.stdout.startswith("acme."), started
     with tenants.locked.client("operator") as operator:
         for n in (2, 3):
@@ -418,10 +478,23 @@ def test_the_documented_logins_take_a_run_to_one_approved_write_and_cancel_anoth
     (``submitters``, the local submitting service) pauses for an editor; `runs` and `view`
     (``submitters``) show it; carol's `approve` (``approvers``) sends the note exactly once;
     a second run is cancelled under ``approvers``."""
-    run = ("run", "--api", "openai-chat", "--model", "notes-agent", "--tools",
-           "search_notes,add_note", "--wait", "--json", "--timeout", "30", "--identity")
-    paused = tenants.callgate("submitters", None, *run, '{"user": "dora"}', "--input",
-                              "standup of dora")
+    run = (
+        "run",
+        "--api",
+        "openai-chat",
+        "--model",
+        "notes-agent",
+        "--tools",
+        "search_notes,add_note",
+        "--wait",
+        "--json",
+        "--timeout",
+        "30",
+        "--identity",
+    )
+    paused = tenants.callgate(
+        "submitters", None, *run, '{"user": "dora"}', "--input", "standup of dora"
+    )
     assert paused.returncode == 4, paused.stderr  # paused waiting for a person
     run_id = orjson.loads(paused.stdout)["run_id"]
     listed = tenants.callgate("submitters", None, "runs", "--json")
@@ -431,8 +504,9 @@ def test_the_documented_logins_take_a_run_to_one_approved_write_and_cancel_anoth
     assert shown.returncode == 0 and orjson.loads(shown.stdout)["status"] == "paused_approval"
     inbox = tenants.callgate("approvers", None, "approvals", "--json")
     [approval] = [a for a in orjson.loads(inbox.stdout) if a["run_id"] == run_id]
-    approved = tenants.callgate("approvers", None, "approve", approval["approval_id"],
-                                "--as", "carol")
+    approved = tenants.callgate(
+        "approvers", None, "approve", approval["approval_id"], "--as", "carol"
+    )
     assert approved.returncode == 0, approved.stderr
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -443,8 +517,9 @@ def test_the_documented_logins_take_a_run_to_one_approved_write_and_cancel_anoth
     assert orjson.loads(shown.stdout)["status"] == "completed", shown.stdout
     assert _notes_written(tenants, "standup of dora") == 1
 
-    second = tenants.callgate("submitters", None, *run, '{"user": "alice"}', "--input",
-                              "standup of erin")
+    second = tenants.callgate(
+        "submitters", None, *run, '{"user": "alice"}', "--input", "standup of erin"
+    )
     assert second.returncode == 4, second.stderr
     second_id = orjson.loads(second.stdout)["run_id"]
     refused = tenants.callgate("approvers", None, "cancel", second_id, "--as", "bob")

@@ -33,10 +33,7 @@ async def _kill_other_clients(redis: aioredis.Redis) -> None:
 
 
 async def test_replies_have_the_shapes_redis_py_gives(
-    redis: aioredis.Redis,
-    pipe: AutoPipeline,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    redis: aioredis.Redis, pipe: AutoPipeline, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def through_redis_py(batch: object) -> list[object]:
         raise AssertionError("a hot command took redis-py's pipeline, and its flush with it")

@@ -22,13 +22,27 @@ def _ledger(redis: aioredis.Redis, settings: Settings, retention_s: int = 3600) 
 async def _run_with_everything(ledger: Ledger, run_id: str) -> RunRecord:
     """A run with two turns of calls, an approval, history, a raw response and a deadline."""
     keys = ledger.keys
-    run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi",
-                    status=RunState.EXECUTING, turn=2, deadline_ms=now_ms() + 60_000)
+    run = RunRecord(
+        run_id=run_id,
+        api="openai-chat",
+        model="m",
+        input="hi",
+        status=RunState.EXECUTING,
+        turn=2,
+        deadline_ms=now_ms() + 60_000,
+    )
     tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
     for turn in (1, 2):
-        call = CallRecord(run_id=run_id, call_id=f"t{turn}.0", turn=turn, index=0,
-                          provider_call_id=f"p{turn}", tool="book", state=CallState.SUCCEEDED,
-                          approval_id="apr-1" if turn == 2 else None)
+        call = CallRecord(
+            run_id=run_id,
+            call_id=f"t{turn}.0",
+            turn=turn,
+            index=0,
+            provider_call_id=f"p{turn}",
+            tool="book",
+            state=CallState.SUCCEEDED,
+            approval_id="apr-1" if turn == 2 else None,
+        )
         ledger.create_call(tx, call)
         tx.rpush(keys.turn_calls(run_id, turn), call.call_id)
     tx.hset(keys.approval(run_id, "apr-1"), {"state": "approved"})
@@ -87,9 +101,18 @@ async def test_the_inbox_forgets_unresolved_calls_whose_run_expired(
     for run_id in ("run-gone", "run-waiting"):
         run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi")
         tx = ledger.start_run(run, [])
-        ledger.create_call(tx, CallRecord(run_id=run_id, call_id="t1.0", turn=1, index=0,
-                                          provider_call_id="p1", tool="book",
-                                          state=CallState.UNRESOLVED))
+        ledger.create_call(
+            tx,
+            CallRecord(
+                run_id=run_id,
+                call_id="t1.0",
+                turn=1,
+                index=0,
+                provider_call_id="p1",
+                tool="book",
+                state=CallState.UNRESOLVED,
+            ),
+        )
         assert (await ledger.apply(tx)).ok
     inbox = keys.unresolved_calls(0)
     long_ago = now_ms() - 10_000

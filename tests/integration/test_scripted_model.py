@@ -778,9 +778,7 @@ async def test_cli_prints_port_serves_log_and_reset(tmp_path: Path) -> None:
     assert "step=0" in stderr and "sk-SECRET-KEY" not in stderr
 
 
-async def test_request_log_keeps_only_the_latest_requests(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_request_log_keeps_only_the_latest_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-running server's log stays bounded; the newest requests are the ones kept."""
     monkeypatch.setattr("callgate.standins.scripted.server.LOG_LIMIT", 3)
     async with ScriptedModelServer(DEFAULT_SCENARIOS) as s:

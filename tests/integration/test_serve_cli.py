@@ -49,9 +49,10 @@ async def test_redis_down_is_a_503_problem_not_a_traceback(callgate_home: Path) 
     settings = Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", key_prefix="down")
     app = create_app(settings, ApiSettings(delegate="slack"))  # a delegate key the session has
     token = sign_access(LocalKeyring(callgate_home).signer("carol"))
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api"
-    ) as api:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as api,
+    ):
         answer = await api.get("/runs/run-x", headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"] == "application/problem+json"

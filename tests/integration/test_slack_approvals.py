@@ -25,11 +25,7 @@ import redis.asyncio as aioredis
 
 from callgate.config import Settings
 from callgate.decisions.claims import read_approval_claims
-from callgate.envelopes import (
-    ApprovalRequested,
-    OutcomeUnknown,
-    encode,
-)
+from callgate.envelopes import ApprovalRequested, OutcomeUnknown, encode
 from callgate.keys import Keys
 from callgate.slack.bot import EVENTS_PATH, SlackBot
 from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, RESOLVE_ACTIONS, ButtonValue
@@ -49,7 +45,10 @@ APPROVERS = {
 @pytest.fixture
 def slack_settings(fake: FakeSlack) -> SlackSettings:
     return SlackSettings(
-        api_url=fake.url, bot_token=TOKEN, signing_secret=SECRET, channel=CHANNEL,
+        api_url=fake.url,
+        bot_token=TOKEN,
+        signing_secret=SECRET,
+        channel=CHANNEL,
         approvers=APPROVERS,
     )
 
@@ -64,11 +63,17 @@ async def bot(
 
 async def write_record(redis: aioredis.Redis, keys: Keys, **fields: str) -> None:
     record = {
-        "approval_id": APPROVAL, "run_id": RUN, "turn": "2", "call_id": CALL,
-        "tool": "book_venue", "args_hash": HASH,
+        "approval_id": APPROVAL,
+        "run_id": RUN,
+        "turn": "2",
+        "call_id": CALL,
+        "tool": "book_venue",
+        "args_hash": HASH,
         "arguments": orjson.dumps({"venue": "Hall A", "api_key": "sk-live-abcdef123456"}).decode(),
-        "requested_by": "alice", "approver_role": "events-lead",
-        "expires_ms": str(int(time.time() * 1000) + 600_000), "state": "pending",
+        "requested_by": "alice",
+        "approver_role": "events-lead",
+        "expires_ms": str(int(time.time() * 1000) + 600_000),
+        "state": "pending",
     }
     record.update(fields)
     await redis.hset(keys.approval(RUN, APPROVAL), mapping=record)  # type: ignore[misc]
@@ -78,13 +83,25 @@ async def notify(redis: aioredis.Redis, keys: Keys, **fields: Any) -> None:
     """Post a notification as the validator's (or reconciler's) step does."""
     note: ApprovalRequested | OutcomeUnknown
     if fields.pop("type", "approval_requested") == "unknown_outcome":
-        note = OutcomeUnknown(run_id=RUN, turn=1, call_id=CALL, tool="book_venue",
-                              operation_id="op-1", detail=fields["detail"])
+        note = OutcomeUnknown(
+            run_id=RUN,
+            turn=1,
+            call_id=CALL,
+            tool="book_venue",
+            operation_id="op-1",
+            detail=fields["detail"],
+        )
     else:
         note = ApprovalRequested(
-            run_id=RUN, turn=1, call_id=CALL, approval_id=APPROVAL, tool="book_venue",
-            args_hash=HASH, arguments={"venue": "Hall A", "api_key": "sk-live-abcdef123456"},
-            approver_role="events-lead", requested_by=fields.get("requested_by", "alice"),
+            run_id=RUN,
+            turn=1,
+            call_id=CALL,
+            approval_id=APPROVAL,
+            tool="book_venue",
+            args_hash=HASH,
+            arguments={"venue": "Hall A", "api_key": "sk-live-abcdef123456"},
+            approver_role="events-lead",
+            requested_by=fields.get("requested_by", "alice"),
             expires_ms=int(time.time() * 1000) + 600_000,
         )
     await redis.xadd(keys.stream("notify", keys.partition(RUN)), {"d": encode(note)})
@@ -101,8 +118,9 @@ def sign(body: str, timestamp: int, secret: str = SECRET) -> str:
 async def send_click(
     url: str, body: str, *, timestamp: int | None = None, signature: str | None = None
 ) -> int:
-    return await slack_clicks.send_click(url, body, SECRET, timestamp=timestamp,
-                                         signature=signature)
+    return await slack_clicks.send_click(
+        url, body, SECRET, timestamp=timestamp, signature=signature
+    )
 
 
 @dataclass(frozen=True)
@@ -124,8 +142,18 @@ async def decisions(redis: aioredis.Redis, keys: Keys) -> list[Posted]:
     found = []
     for verified in await slack_clicks.verified_decisions(redis, keys, RUN):
         claims = read_approval_claims(verified.claims)
-        found.append(Posted(claims.run, claims.call, claims.apr, claims.act, verified.person,
-                            claims.hash, verified.signer, claims.reason))
+        found.append(
+            Posted(
+                claims.run,
+                claims.call,
+                claims.apr,
+                claims.act,
+                verified.person,
+                claims.hash,
+                verified.signer,
+                claims.reason,
+            )
+        )
     return found
 
 
@@ -135,8 +163,12 @@ async def posted_request(app: SlackBot, fake: FakeSlack, redis: aioredis.Redis) 
     await notify(redis, app.keys)
     assert await app.consumer.run_burst() == 1
     (call,) = fake.calls_of("chat.postMessage")
-    return {"type": "message", "ts": "1700000000.000100", "text": call["args"]["text"],
-            "blocks": call["args"]["blocks"]}
+    return {
+        "type": "message",
+        "ts": "1700000000.000100",
+        "text": call["args"]["text"],
+        "blocks": call["args"]["blocks"],
+    }
 
 
 async def test_approval_request_is_posted_with_approve_and_deny_buttons(
@@ -152,19 +184,22 @@ async def test_approval_request_is_posted_with_approve_and_deny_buttons(
     assert "sk-live-abcdef123456" not in rendered, "arguments must be redacted"
     for action_id in (APPROVE_ACTION, DENY_ACTION):
         value = ButtonValue.from_value(button_value(message, action_id))
-        assert value == ButtonValue(run_id=RUN, approval_id=APPROVAL, call_id=CALL,
-                                    args_hash=HASH)
+        assert value == ButtonValue(run_id=RUN, approval_id=APPROVAL, call_id=CALL, args_hash=HASH)
     stream = app.keys.stream("notify", app.keys.partition(RUN))
     assert (await redis.xpending(stream, "slack_approvals"))["pending"] == 0
 
 
-@pytest.mark.parametrize(("action_id", "decision", "outcome"), [
-    (APPROVE_ACTION, "approve", "approved by carol"),
-    (DENY_ACTION, "deny", "denied by carol"),
-])
+@pytest.mark.parametrize(
+    ("action_id", "decision", "outcome"),
+    [(APPROVE_ACTION, "approve", "approved by carol"), (DENY_ACTION, "deny", "denied by carol")],
+)
 async def test_signed_click_posts_the_decision_and_updates_the_message(
-    bot: tuple[SlackBot, str], fake: FakeSlack, redis: aioredis.Redis,
-    action_id: str, decision: str, outcome: str,
+    bot: tuple[SlackBot, str],
+    fake: FakeSlack,
+    redis: aioredis.Redis,
+    action_id: str,
+    decision: str,
+    outcome: str,
 ) -> None:
     app, url = bot
     message = await posted_request(app, fake, redis)
@@ -173,7 +208,11 @@ async def test_signed_click_posts_the_decision_and_updates_the_message(
     (posted,) = await decisions(redis, app.keys)
     assert (posted.run_id, posted.call_id, posted.approval_id) == (RUN, CALL, APPROVAL)
     assert (posted.decision, posted.approver, posted.args_hash, posted.signer) == (
-        decision, "carol", HASH, "slack")
+        decision,
+        "carol",
+        HASH,
+        "slack",
+    )
     assert posted.reason is None, "the model must never see a Slack user id"
     (update,) = fake.calls_of("chat.update")
     assert update["token_ok"]
@@ -204,8 +243,9 @@ async def test_refused_click_posts_nothing_to_the_stream(
     message = await posted_request(app, fake, redis)
     if "record" in spec:
         await write_record(redis, app.keys, **spec["record"])
-    body = click_body(message, spec.get("user", "U123"), APPROVE_ACTION,
-                      button_value(message, APPROVE_ACTION))
+    body = click_body(
+        message, spec.get("user", "U123"), APPROVE_ACTION, button_value(message, APPROVE_ACTION)
+    )
     ts = int(time.time()) - spec.get("age_s", 0)
     signature = spec.get("signature") or sign(body, ts, spec.get("secret", SECRET))
     assert await send_click(url, body, timestamp=ts, signature=signature) == spec["status"]
@@ -225,8 +265,9 @@ async def test_unknown_outcome_is_posted_with_resolve_buttons(
 ) -> None:
     """Its clicks: tests/integration/test_slack_resolutions.py."""
     app, _ = bot
-    await notify(redis, app.keys, type="unknown_outcome",
-                 detail="POST /bookings timed out after 10 s")
+    await notify(
+        redis, app.keys, type="unknown_outcome", detail="POST /bookings timed out after 10 s"
+    )
     assert await app.consumer.run_burst() == 1
     (call,) = fake.calls_of("chat.postMessage")
     assert "write outcome unknown; run paused" in call["args"]["text"]
@@ -265,8 +306,13 @@ async def test_no_post_for_an_approval_that_is_no_longer_pending(
 def test_bot_refuses_to_start_without_a_signing_secret(
     settings: Settings, slack_settings: SlackSettings
 ) -> None:
-    unsigned = SlackSettings(api_url=slack_settings.api_url, bot_token=TOKEN, signing_secret="",
-                             channel=CHANNEL, approvers=APPROVERS)
+    unsigned = SlackSettings(
+        api_url=slack_settings.api_url,
+        bot_token=TOKEN,
+        signing_secret="",
+        channel=CHANNEL,
+        approvers=APPROVERS,
+    )
     with pytest.raises(ValueError, match="CALLGATE_SLACK_SIGNING_SECRET"):
         SlackBot(settings, unsigned)
 
@@ -284,14 +330,27 @@ async def test_bot_process_end_to_end_and_never_logs_its_secrets(
     """`python -m callgate.services.slack_approvals --port 0`: notification → post → click →
     decision."""
     keys = Keys(settings.key_prefix, settings.partitions)
-    env = dict(subprocess_env, CALLGATE_SLACK_API_URL=fake.url, CALLGATE_SLACK_BOT_TOKEN=TOKEN,
-               CALLGATE_SLACK_SIGNING_SECRET=SECRET, CALLGATE_SLACK_CHANNEL=CHANNEL,
-               CALLGATE_SLACK_APPROVERS=orjson.dumps(
-                   {k: v.model_dump(mode="json") for k, v in APPROVERS.items()}).decode(),
-               CALLGATE_LOG_LEVEL="DEBUG")
+    env = dict(
+        subprocess_env,
+        CALLGATE_SLACK_API_URL=fake.url,
+        CALLGATE_SLACK_BOT_TOKEN=TOKEN,
+        CALLGATE_SLACK_SIGNING_SECRET=SECRET,
+        CALLGATE_SLACK_CHANNEL=CHANNEL,
+        CALLGATE_SLACK_APPROVERS=orjson.dumps(
+            {k: v.model_dump(mode="json") for k, v in APPROVERS.items()}
+        ).decode(),
+        CALLGATE_LOG_LEVEL="DEBUG",
+    )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "callgate.services.slack_approvals", "--port", "0", cwd=ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "callgate.services.slack_approvals",
+        "--port",
+        "0",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
     try:
@@ -322,7 +381,10 @@ def test_fake_slack_runs_as_a_process() -> None:
     """`python -m callgate.standins.fake_slack` serves the Web API and lists recorded calls."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "callgate.standins.fake_slack", "--port", "0", "--token", TOKEN],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     try:
         assert proc.stdout is not None
@@ -332,8 +394,11 @@ def test_fake_slack_runs_as_a_process() -> None:
         async def exercise() -> dict[str, Any]:
             async with aiohttp.ClientSession() as session:
                 headers = {"Authorization": f"Bearer {TOKEN}"}
-                async with session.post(f"{base}/api/chat.postMessage", headers=headers,
-                                        json={"channel": CHANNEL, "text": "hi"}) as resp:
+                async with session.post(
+                    f"{base}/api/chat.postMessage",
+                    headers=headers,
+                    json={"channel": CHANNEL, "text": "hi"},
+                ) as resp:
                     assert (await resp.json())["ok"] is True
                 async with session.post(f"{base}/api/auth.test") as resp:
                     assert (await resp.json())["error"] == "invalid_auth"
@@ -342,7 +407,9 @@ def test_fake_slack_runs_as_a_process() -> None:
 
         calls = asyncio.run(exercise())["calls"]
         assert [(c["method"], c["token_ok"]) for c in calls] == [
-            ("chat.postMessage", True), ("auth.test", False)]
+            ("chat.postMessage", True),
+            ("auth.test", False),
+        ]
     finally:
         proc.terminate()
         proc.wait(10)

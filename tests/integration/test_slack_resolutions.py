@@ -39,32 +39,59 @@ APPROVERS = {"U123": Approver(user="carol", roles=frozenset({"events-lead"}))}
 async def bot(
     settings: Settings, fake: FakeSlack, redis: aioredis.Redis
 ) -> AsyncIterator[tuple[SlackBot, str]]:
-    slack = SlackSettings(api_url=fake.url, bot_token=TOKEN, signing_secret=SECRET,
-                          channel=CHANNEL, approvers=APPROVERS, verdict_timeout_s=5)
+    slack = SlackSettings(
+        api_url=fake.url,
+        bot_token=TOKEN,
+        signing_secret=SECRET,
+        channel=CHANNEL,
+        approvers=APPROVERS,
+        verdict_timeout_s=5,
+    )
     async with slack_clicks.serving_bot(settings, slack, redis) as served:
         yield served
 
 
 async def write_call(redis: aioredis.Redis, keys: Keys, **fields: Any) -> None:
     """The call as the reconciler leaves it when nothing could tell its outcome."""
-    call = CallRecord(run_id=RUN, call_id=CALL, turn=1, index=0, provider_call_id="fc_1",
-                      tool="reserve_seat", arguments={"participant": "p-alice"},
-                      operation_id=OP, state=CallState.UNRESOLVED)
-    await redis.hset(keys.call(RUN, CALL),  # type: ignore[misc]
-                     mapping=call.model_copy(update=fields).to_hash())
+    call = CallRecord(
+        run_id=RUN,
+        call_id=CALL,
+        turn=1,
+        index=0,
+        provider_call_id="fc_1",
+        tool="reserve_seat",
+        arguments={"participant": "p-alice"},
+        operation_id=OP,
+        state=CallState.UNRESOLVED,
+    )
+    await redis.hset(
+        keys.call(RUN, CALL),  # type: ignore[misc]
+        mapping=call.model_copy(update=fields).to_hash(),
+    )
 
 
-async def posted_notice(app: SlackBot, fake: FakeSlack, redis: aioredis.Redis,
-                        **call_fields: Any) -> dict[str, Any]:
+async def posted_notice(
+    app: SlackBot, fake: FakeSlack, redis: aioredis.Redis, **call_fields: Any
+) -> dict[str, Any]:
     """Write the call, notify, let the consumer post; return the message as Slack stores it."""
     await write_call(redis, app.keys, **call_fields)
-    note = OutcomeUnknown(run_id=RUN, turn=1, call_id=CALL, tool="reserve_seat",
-                          operation_id=OP, detail="POST /reservations: answer lost")
+    note = OutcomeUnknown(
+        run_id=RUN,
+        turn=1,
+        call_id=CALL,
+        tool="reserve_seat",
+        operation_id=OP,
+        detail="POST /reservations: answer lost",
+    )
     await redis.xadd(app.keys.stream("notify", app.keys.partition(RUN)), {"d": encode(note)})
     assert await app.consumer.run_burst() == 1
     (call,) = fake.calls_of("chat.postMessage")
-    return {"type": "message", "ts": "1700000000.000300", "text": call["args"]["text"],
-            "blocks": call["args"]["blocks"]}
+    return {
+        "type": "message",
+        "ts": "1700000000.000300",
+        "text": call["args"]["text"],
+        "blocks": call["args"]["blocks"],
+    }
 
 
 async def click(url: str, message: dict[str, Any], user: str, action_id: str) -> int:
@@ -75,8 +102,10 @@ async def click(url: str, message: dict[str, Any], user: str, action_id: str) ->
 
 async def resolutions(redis: aioredis.Redis, keys: Keys) -> list[tuple[ResolveClaims, str, str]]:
     """(claims, person, signer) of every resolution on the run's decisions stream, verified."""
-    return [(read_resolve_claims(verified.claims), verified.person, verified.signer)
-            for verified in await slack_clicks.verified_decisions(redis, keys, RUN)]
+    return [
+        (read_resolve_claims(verified.claims), verified.person, verified.signer)
+        for verified in await slack_clicks.verified_decisions(redis, keys, RUN)
+    ]
 
 
 async def clicked_by_carol(
@@ -94,8 +123,7 @@ async def clicked_by_carol(
 async def verdict(redis: aioredis.Redis, keys: Keys, event: str, msg_id: str, **data: Any) -> None:
     """What the validator writes in the run's events once it has applied or refused."""
     payload = orjson.dumps({"call_id": CALL, "msg_id": msg_id, **data})
-    await redis.xadd(keys.events(RUN), {"t": int(time.time() * 1000), "type": event,
-                                        "d": payload})
+    await redis.xadd(keys.events(RUN), {"t": int(time.time() * 1000), "type": event, "d": payload})
 
 
 async def until(predicate: Callable[[], Any], timeout_s: float = 8.0) -> Any:
@@ -116,8 +144,9 @@ async def test_unknown_outcome_has_three_round_tripping_buttons(
     labels = [b["text"]["text"] for b in actions["elements"]]
     assert labels == ["Applied", "Not applied", "Recheck"]
     for button in actions["elements"]:
-        assert ResolveValue.from_value(button["value"]) == ResolveValue(run_id=RUN, call_id=CALL,
-                                                                        op=OP)
+        assert ResolveValue.from_value(button["value"]) == ResolveValue(
+            run_id=RUN, call_id=CALL, op=OP
+        )
     applied = actions["elements"][0]["confirm"]["text"]["text"]
     assert "no result" in applied and "empty result" in applied
     assert OP in orjson.dumps(message["blocks"]).decode(), "the person sees the operation id"
@@ -132,8 +161,7 @@ async def test_applied_posts_a_signed_resolution_and_shows_the_verdict(
     assert (person, signer) == ("carol", "slack")
     assert claims.result is None and claims.reason is None, "no payload, no Slack user id"
     assert not fake.calls_of("chat.update"), "nothing shown before callgate's verdict"
-    await verdict(redis, app.keys, "call.resolved", claims.jti, outcome="applied",
-                  person="carol")
+    await verdict(redis, app.keys, "call.resolved", claims.jti, outcome="applied", person="carol")
     (update,) = await until(lambda: fake.calls_of("chat.update"))
     assert (update["args"]["channel"], update["args"]["ts"]) == (CHANNEL, message["ts"])
     assert update["args"]["text"] == "applied, confirmed by carol"
@@ -159,8 +187,13 @@ async def test_a_refusal_by_the_validator_is_told_escaped_and_keeps_the_buttons(
     app, _ = bot
     _, (claims, _, _) = await clicked_by_carol(bot, fake, redis, NOT_APPLIED)
     assert claims.outcome == "not_applied"
-    await verdict(redis, app.keys, "resolve.refused", claims.jti,
-                  reason="carol<!channel> holds none of the resolver roles ['operator']")
+    await verdict(
+        redis,
+        app.keys,
+        "resolve.refused",
+        claims.jti,
+        reason="carol<!channel> holds none of the resolver roles ['operator']",
+    )
     (told,) = await until(lambda: fake.calls_of("chat.postEphemeral"))
     assert told["args"]["user"] == "U123"
     assert "callgate refused it: carol&lt;!channel&gt; holds none" in told["args"]["text"]

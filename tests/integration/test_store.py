@@ -11,12 +11,7 @@ from redis.crc import key_slot
 from callgate import envelopes
 from callgate.config import Settings
 from callgate.envelopes import ExecRequest, TurnRequest
-from callgate.errors import (
-    NotFoundError,
-    RedisUnavailableError,
-    TransitionError,
-    TxRejectedError,
-)
+from callgate.errors import NotFoundError, RedisUnavailableError, TransitionError, TxRejectedError
 from callgate.keys import STREAM_KINDS, Keys
 from callgate.ledger.steps import items_json
 from callgate.ledger.store import Ledger, Tx
@@ -212,8 +207,9 @@ async def test_expect_turn_and_field_guards(ledger: Ledger, keys: Keys) -> None:
     # A turn's steps are guarded on the history holding as many items as the turn read.
     grown = ledger.expect_history(Tx(), "run-1", 0).rpush(keys.history("run-1"), "{}")
     assert (await ledger.apply(grown)).ok
-    stale_history = await ledger.apply(ledger.expect_history(Tx(), "run-1", 0).rpush(
-        keys.history("run-1"), "{}"))
+    stale_history = await ledger.apply(
+        ledger.expect_history(Tx(), "run-1", 0).rpush(keys.history("run-1"), "{}")
+    )
     assert not stale_history.ok and stale_history.actual == "1"
     assert len(await ledger.history("run-1")) == 1
 

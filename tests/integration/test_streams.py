@@ -61,10 +61,7 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float = 8.
 
 
 def worker(
-    redis: aioredis.Redis,
-    settings: Settings,
-    handler: Handler | None = None,
-    **kwargs: object,
+    redis: aioredis.Redis, settings: Settings, handler: Handler | None = None, **kwargs: object
 ) -> StreamWorker:
     return StreamWorker(
         redis,
@@ -83,8 +80,15 @@ def spawn(subprocess_env: dict[str, str]) -> Iterator[Callable[..., subprocess.P
 
     def start(consumer: str, **env: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.stream_worker_proc",
-             "--group", GROUP, "--consumer", consumer],
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.stream_worker_proc",
+                "--group",
+                GROUP,
+                "--consumer",
+                consumer,
+            ],
             cwd=ROOT,
             env={**subprocess_env, **env},
             stdout=subprocess.DEVNULL,
@@ -469,9 +473,7 @@ async def own_redis(settings: Settings) -> AsyncIterator[tuple[EmbeddedRedis, Se
         yield server, settings.model_copy(update={"redis_url": server.url})
 
 
-async def test_worker_survives_a_redis_restart(
-    own_redis: tuple[EmbeddedRedis, Settings],
-) -> None:
+async def test_worker_survives_a_redis_restart(own_redis: tuple[EmbeddedRedis, Settings]) -> None:
     server, settings = own_redis
     client = aioredis.Redis.from_url(settings.redis_url)
     w = worker(client, settings)

@@ -24,8 +24,9 @@ from tests.seed import run_spec as spec
 from tests.seed import signed_job
 
 
-async def _untouched(client: CallgateClient, runtime: Runtime, redis: aioredis.Redis,
-                     run_id: str) -> None:
+async def _untouched(
+    client: CallgateClient, runtime: Runtime, redis: aioredis.Redis, run_id: str
+) -> None:
     """The run is the first spec's, created once, asked for turn 1 once."""
     status = await client.status(run_id)
     assert (status["input"], status["status"]) == (spec()["input"], "awaiting_model")
@@ -46,12 +47,16 @@ async def test_the_same_spec_again_is_the_existing_run(
     await _untouched(client, runtime, redis, run_id)
 
 
-@pytest.mark.parametrize("change", [{"input": "Book me a flight to Mars."},
-                                    {"max_turns": 3},
-                                    {"identity": {"user": "bob"}}],
-                         ids=["input", "budget", "identity"])
+@pytest.mark.parametrize(
+    "change",
+    [{"input": "Book me a flight to Mars."}, {"max_turns": 3}, {"identity": {"user": "bob"}}],
+    ids=["input", "budget", "identity"],
+)
 async def test_a_different_spec_reaching_the_ingress_is_refused(
-    settings: Settings, client: CallgateClient, runtime: Runtime, redis: aioredis.Redis,
+    settings: Settings,
+    client: CallgateClient,
+    runtime: Runtime,
+    redis: aioredis.Redis,
     change: dict[str, Any],
 ) -> None:
     run_id = await client.submit(spec(new_run_id()))
@@ -111,8 +116,19 @@ def test_callgate_run_exits_3_on_a_conflict(
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("CALLGATE_KEY_PREFIX", settings.key_prefix)
     monkeypatch.setenv("CALLGATE_TOOL_MODULES", ",".join(settings.tool_modules))
-    argv = ["run", "--api", "openai-responses", "--model", "travel-demo", "--run-id", run_id,
-            "--identity", '{"user": "alice"}', "--tools", "get_train_status,get_weather"]
+    argv = [
+        "run",
+        "--api",
+        "openai-responses",
+        "--model",
+        "travel-demo",
+        "--run-id",
+        run_id,
+        "--identity",
+        '{"user": "alice"}',
+        "--tools",
+        "get_train_status,get_weather",
+    ]
     assert cli_main([*argv, "--input", "Something else entirely."]) == 3
     assert "exists with a different spec" in capsys.readouterr().err
     assert cli_main([*argv, "--input", spec()["input"]]) == 0  # the same: the existing run

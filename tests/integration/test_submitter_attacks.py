@@ -72,10 +72,15 @@ class Deployment:
 
     def settings(self, login: str = "submitters", submitter: str = "local") -> Settings:
         """``login``'s settings, signing as ``submitter`` (a key of this deployment's home)."""
-        return self.locked.settings(login).model_copy(update={
-            "home": self.home, "trust_file": self.home / "trust.json", "submitter": submitter,
-            "signing_key": self.home / "keys" / f"{submitter}.pem",
-            "tool_modules": self.system.settings.tool_modules})
+        return self.locked.settings(login).model_copy(
+            update={
+                "home": self.home,
+                "trust_file": self.home / "trust.json",
+                "submitter": submitter,
+                "signing_key": self.home / "keys" / f"{submitter}.pem",
+                "tool_modules": self.system.settings.tool_modules,
+            }
+        )
 
     def signer(self, name: str) -> Signer:
         return LocalKeyring(self.home).signer(name)
@@ -98,8 +103,11 @@ def trusting_home(home: Path) -> Ed25519PrivateKey:
     document = json.loads(keyring.trust_file.read_text())
     document["submitters"]["intruder"] = {"public_key": public_key_text(intruder), "grants": ["*"]}
     document.setdefault("issuers", {})[ISSUER] = {
-        "audience": AUDIENCE, "public_keys": [public_key_text(idp)], "algorithms": ["EdDSA"],
-        "role_map": {"lead": "events-lead"}}
+        "audience": AUDIENCE,
+        "public_keys": [public_key_text(idp)],
+        "algorithms": ["EdDSA"],
+        "role_map": {"lead": "events-lead"},
+    }
     keyring.trust_file.write_text(json.dumps(document))
     return idp
 
@@ -122,8 +130,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
 def serving_ingress(deployment: Deployment, log: Path) -> Iterator[None]:
     """``python -m callgate.services.ingress`` serving (its sweeps on), until the block ends."""
     with log.open("wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "callgate.services.ingress"],
-                                   env=deployment.system.env, stdout=out, stderr=out)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "callgate.services.ingress"],
+            env=deployment.system.env,
+            stdout=out,
+            stderr=out,
+        )
         try:
             yield
         finally:
@@ -138,13 +150,21 @@ def travel(run_id: str, **changes: Any) -> dict[str, Any]:
 def id_token(deployment: Deployment, *, issued_s_ago: int = 0, lifetime_s: int = 300) -> str:
     """alice's token from the identity provider, with a fresh ``jti``."""
     iat = int(time.time()) - issued_s_ago
-    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "roles": ["lead"], "iat": iat,
-              "exp": iat + lifetime_s, "jti": uuid.uuid4().hex}
+    claims = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "roles": ["lead"],
+        "iat": iat,
+        "exp": iat + lifetime_s,
+        "jti": uuid.uuid4().hex,
+    }
     return jwt.encode(claims, deployment.idp, algorithm="EdDSA")
 
 
-def start_job(spec: dict[str, Any], signer: Signer | None, identity_token: str | None = None
-              ) -> dict[str, Any]:
+def start_job(
+    spec: dict[str, Any], signer: Signer | None, identity_token: str | None = None
+) -> dict[str, Any]:
     token = None if signer is None else sign_submission(signer, run_id=spec["run_id"], spec=spec)
     job = StartJob(spec=spec, token=token, identity_token=identity_token)
     return job.model_dump(exclude_none=True)
@@ -181,15 +201,28 @@ async def test_a_queued_job_cannot_be_overwritten_expired_or_deleted(
     async with CallgateClient(deployment.settings()) as victim:
         assert await victim.submit(travel(run_id)) == run_id
         mallory = {"user": "mallory", "roles": ["events-lead"]}
-        forged = job_value(start_job(travel(run_id, input="Cancel every booking.",
-                                            identity=mallory), deployment.signer("intruder")))
+        forged = job_value(
+            start_job(
+                travel(run_id, input="Cancel every booking.", identity=mallory),
+                deployment.signer("intruder"),
+            )
+        )
         key = f"arq:job:{run_id}"
         with deployment.attacker() as attacker:
-            for command in (("SET", key, forged), ("PSETEX", key, 60_000, forged),
-                            ("SETEX", key, 60, forged), ("GETSET", key, forged),
-                            ("PEXPIRE", key, 1), ("EXPIRE", key, 1), ("DEL", key),
-                            ("UNLINK", key), ("GETDEL", key), ("RENAME", key, f"{key}x"),
-                            ("APPEND", key, "x"), ("SETRANGE", key, 0, forged)):
+            for command in (
+                ("SET", key, forged),
+                ("PSETEX", key, 60_000, forged),
+                ("SETEX", key, 60, forged),
+                ("GETSET", key, forged),
+                ("PEXPIRE", key, 1),
+                ("EXPIRE", key, 1),
+                ("DEL", key),
+                ("UNLINK", key),
+                ("GETDEL", key),
+                ("RENAME", key, f"{key}x"),
+                ("APPEND", key, "x"),
+                ("SETRANGE", key, 0, forged),
+            ):
                 command_refused(attacker, *command)
             assert attacker.setnx(key, forged) is False, "create-only: the job stays"
         assert await deployment.ingress_burst() == (1, 0)
@@ -204,7 +237,7 @@ async def test_a_queued_job_cannot_be_overwritten_expired_or_deleted(
 
 
 async def test_a_queue_entry_rescored_into_the_future_is_put_back_by_the_ingress(
-    deployment: Deployment, tmp_path: Path,
+    deployment: Deployment, tmp_path: Path
 ) -> None:
     late, early = new_run_id(), new_run_id()
     with deployment.attacker() as attacker:
@@ -247,8 +280,11 @@ async def test_wait_never_returns_a_run_someone_else_started_under_the_id(
 
 
 async def test_a_lifted_identity_token_starts_nothing(deployment: Deployment) -> None:
-    token, local, intruder = id_token(deployment), deployment.signer("local"), \
-        deployment.signer("intruder")
+    token, local, intruder = (
+        id_token(deployment),
+        deployment.signer("local"),
+        deployment.signer("intruder"),
+    )
     first = new_run_id()
     job = start_job(travel(first, identity=None), local, token)
     with deployment.attacker() as attacker:
@@ -261,10 +297,14 @@ async def test_a_lifted_identity_token_starts_nothing(deployment: Deployment) ->
         attempts = {
             "no submitter's signature beside the identity token": (None, id_token(deployment)),
             "identity token already used": (intruder, token),
-            "token lifetime exceeds 600 s": (intruder, id_token(deployment, issued_s_ago=3000,
-                                                                lifetime_s=3300)),
-            "token lifetime exceeds 600 s ": (intruder, id_token(deployment,
-                                                                 lifetime_s=10 * YEAR_MS)),
+            "token lifetime exceeds 600 s": (
+                intruder,
+                id_token(deployment, issued_s_ago=3000, lifetime_s=3300),
+            ),
+            "token lifetime exceeds 600 s ": (
+                intruder,
+                id_token(deployment, lifetime_s=10 * YEAR_MS),
+            ),
         }
         refused = {new_run_id(): reason for reason in attempts}
         for run_id, reason in refused.items():
@@ -285,8 +325,17 @@ async def test_a_lifted_identity_token_starts_nothing(deployment: Deployment) ->
 
 def raw_submit(deployment: Deployment, spec: dict[str, Any]) -> str:
     """A foreign client (redis-py and PyJWT, no callgate) enqueueing as ``submitters``."""
-    argv = [sys.executable, "-c", NO_CALLGATE, str(SUBMITTER), deployment.locked.url("submitters"),
-            PREFIX, str(deployment.home / "keys" / "local.pem"), "local", json.dumps(spec)]
+    argv = [
+        sys.executable,
+        "-c",
+        NO_CALLGATE,
+        str(SUBMITTER),
+        deployment.locked.url("submitters"),
+        PREFIX,
+        str(deployment.home / "keys" / "local.pem"),
+        "local",
+        json.dumps(spec),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.strip()
@@ -297,7 +346,7 @@ def refusal_log(locked: LockedRedis) -> list[tuple[str, str, str]]:
 
 
 async def test_submit_wait_view_and_runs_work_under_the_submitters_login(
-    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = refusal_log(deployment.locked)
     signed, by_token, foreign = new_run_id(), new_run_id(), new_run_id()

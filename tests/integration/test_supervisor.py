@@ -122,10 +122,15 @@ def test_real_ingress_worker_comes_back_after_sigkill_and_serves(
 
     async def submit_and_see() -> str:
         async with CallgateClient(settings) as client:
-            await client.submit({
-                "run_id": run_id, "api": "openai-chat", "model": "m", "input": "hi",
-                "identity": {"user": "alice"},
-            })
+            await client.submit(
+                {
+                    "run_id": run_id,
+                    "api": "openai-chat",
+                    "model": "m",
+                    "input": "hi",
+                    "identity": {"user": "alice"},
+                }
+            )
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 run = await client.run(run_id)

@@ -49,14 +49,31 @@ def _decider() -> Decider:
 def _run(run_id: str, status: RunState) -> RunRecord:
     tenant = RUNS[run_id]
     identity = {"user": "alice"} | ({"tenant": tenant} if tenant else {})
-    return RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi", turn=1,
-                     status=status, identity=identity)
+    return RunRecord(
+        run_id=run_id,
+        api="openai-chat",
+        model="m",
+        input="hi",
+        turn=1,
+        status=status,
+        identity=identity,
+    )
 
 
 def _call(run_id: str, state: CallState, approval_id: str | None = None) -> CallRecord:
-    return CallRecord(run_id=run_id, call_id="t1.0", turn=1, index=0, provider_call_id="p1",
-                      tool="reserve_seat", tool_version="1", effect=Effect.WRITE, state=state,
-                      approval_id=approval_id, operation_id=f"op-{run_id}")
+    return CallRecord(
+        run_id=run_id,
+        call_id="t1.0",
+        turn=1,
+        index=0,
+        provider_call_id="p1",
+        tool="reserve_seat",
+        tool_version="1",
+        effect=Effect.WRITE,
+        state=state,
+        approval_id=approval_id,
+        operation_id=f"op-{run_id}",
+    )
 
 
 async def _start(ledger: Ledger, run: RunRecord, call: CallRecord) -> None:
@@ -89,7 +106,9 @@ async def assert_copies(ledger: Ledger, index_of: IndexOf) -> set[str]:
 
 
 async def settle_each(
-    ledger: Ledger, index_of: IndexOf, entries: dict[str, T],
+    ledger: Ledger,
+    index_of: IndexOf,
+    entries: dict[str, T],
     settle: Callable[[Ledger, T], Awaitable[None]],
 ) -> None:
     """Every entry is in ``index_of`` and its tenant's copy; settling each, one after the
@@ -104,14 +123,27 @@ async def settle_each(
 
 # ---- pending approvals --------------------------------------------------------------------
 
+
 async def _pending(ledger: Ledger, run_id: str) -> ApprovalRecord:
     """``run_id`` paused on its one call, which waits for an approval."""
     approval = ApprovalRecord(
-        approval_id=f"apr-{run_id}", run_id=run_id, turn=1, call_id="t1.0", tool="reserve_seat",
-        tool_version="1", args_hash="h" * 64, arguments="{}", requested_by="alice",
-        approver_role="events-lead", expires_ms=now_ms() + HOUR_MS)
-    await _start(ledger, _run(run_id, RunState.PAUSED_APPROVAL),
-                 _call(run_id, CallState.NEEDS_APPROVAL, approval.approval_id))
+        approval_id=f"apr-{run_id}",
+        run_id=run_id,
+        turn=1,
+        call_id="t1.0",
+        tool="reserve_seat",
+        tool_version="1",
+        args_hash="h" * 64,
+        arguments="{}",
+        requested_by="alice",
+        approver_role="events-lead",
+        expires_ms=now_ms() + HOUR_MS,
+    )
+    await _start(
+        ledger,
+        _run(run_id, RunState.PAUSED_APPROVAL),
+        _call(run_id, CallState.NEEDS_APPROVAL, approval.approval_id),
+    )
     await _apply(ledger, ledger.request_approval(Tx(), approval, {}))
     return approval
 
@@ -119,8 +151,10 @@ async def _pending(ledger: Ledger, run_id: str) -> ApprovalRecord:
 async def _decide(ledger: Ledger, approval: ApprovalRecord, to: CallState) -> None:
     calls = await ledger.turn_calls(approval.run_id, 1)
     decider = None if to == CallState.EXPIRED else _decider()
-    await _apply(ledger, ledger.apply_approval(approval, to, calls, msg_id=new_id(),
-                                               decider=decider, reason="no"))
+    await _apply(
+        ledger,
+        ledger.apply_approval(approval, to, calls, msg_id=new_id(), decider=decider, reason="no"),
+    )
 
 
 async def _approve(ledger: Ledger, approval: ApprovalRecord) -> None:
@@ -147,8 +181,11 @@ async def _end(ledger: Ledger, approval: ApprovalRecord) -> None:
     await _apply(ledger, ledger.end_run(run, RunState.FAILED, "dead letter"))
 
 
-@pytest.mark.parametrize("settle", [_approve, _deny, _expire, _cancel, _end],
-                         ids=["approve", "deny", "expire", "cancel", "end-run"])
+@pytest.mark.parametrize(
+    "settle",
+    [_approve, _deny, _expire, _cancel, _end],
+    ids=["approve", "deny", "expire", "cancel", "end-run"],
+)
 async def test_a_tenants_pending_approvals_are_copied_and_removed_with_the_partitions(
     ledger: Ledger, settle: Callable[[Ledger, ApprovalRecord], Awaitable[None]]
 ) -> None:
@@ -158,6 +195,7 @@ async def test_a_tenants_pending_approvals_are_copied_and_removed_with_the_parti
 
 
 # ---- unresolved calls ---------------------------------------------------------------------
+
 
 async def _unresolved(ledger: Ledger, run_id: str) -> CallRecord:
     """``run_id``'s write still unknown after every check: in the inbox, the run paused."""
@@ -170,8 +208,12 @@ async def _unresolved(ledger: Ledger, run_id: str) -> CallRecord:
 
 
 async def _resolve(ledger: Ledger, call: CallRecord, applied: bool) -> None:
-    await _apply(ledger, ledger.resolve_call(call, [call], applied=applied, result={},
-                                             decider=_decider(), msg_id=new_id()))
+    await _apply(
+        ledger,
+        ledger.resolve_call(
+            call, [call], applied=applied, result={}, decider=_decider(), msg_id=new_id()
+        ),
+    )
 
 
 async def _applied(ledger: Ledger, call: CallRecord) -> None:
@@ -195,8 +237,11 @@ async def _pruned(ledger: Ledger, call: CallRecord) -> None:
     await ledger.prune_expired_runs(0, now_ms())
 
 
-@pytest.mark.parametrize("settle", [_applied, _not_applied, _recheck, _pruned],
-                         ids=["applied", "not-applied", "recheck", "pruned"])
+@pytest.mark.parametrize(
+    "settle",
+    [_applied, _not_applied, _recheck, _pruned],
+    ids=["applied", "not-applied", "recheck", "pruned"],
+)
 async def test_a_tenants_unresolved_calls_are_copied_and_removed_with_the_partitions(
     ledger: Ledger, settle: Callable[[Ledger, CallRecord], Awaitable[None]]
 ) -> None:

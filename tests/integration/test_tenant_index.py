@@ -17,13 +17,14 @@ async def test_a_tenants_runs_are_indexed_for_it_alone_and_pruned_with_the_index
 ) -> None:
     keys = Keys(settings.key_prefix, settings.partitions)
     ledger = Ledger(redis, keys, settings.model_copy(update={"retention_s": 1}))
-    identities = {"acme.old": {"user": "alice", "tenant": "acme"},
-                  "acme.new": {"user": "alice", "tenant": "acme"},
-                  "globex.1": {"user": "bob", "tenant": "globex"},
-                  "run-plain": {"user": "dora"}}
+    identities = {
+        "acme.old": {"user": "alice", "tenant": "acme"},
+        "acme.new": {"user": "alice", "tenant": "acme"},
+        "globex.1": {"user": "bob", "tenant": "globex"},
+        "run-plain": {"user": "dora"},
+    }
     for run_id, identity in identities.items():
-        run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi",
-                        identity=identity)
+        run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi", identity=identity)
         assert (await ledger.apply(ledger.start_run(run, []))).ok
     acme, globex = keys.runs_index(0, "acme"), keys.runs_index(0, "globex")
     assert set(await redis.zrange(acme, 0, -1)) == {b"acme.old", b"acme.new"}

@@ -14,7 +14,11 @@ def _executor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "callgate.services.executor", "--burst"],
         env={**os.environ, "REDIS_URL": "redis://127.0.0.1:1/0", **env},
-        capture_output=True, text=True, timeout=60, cwd="/")
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
 
 
 def test_a_grpc_exporter_is_refused_at_start_in_one_line() -> None:
@@ -23,4 +27,3 @@ def test_a_grpc_exporter_is_refused_at_start_in_one_line() -> None:
     lines = (done.stdout + done.stderr).strip().splitlines()
     assert len(lines) == 1 and "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'" in lines[0]
     assert "Traceback" not in done.stderr
-

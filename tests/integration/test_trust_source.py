@@ -90,7 +90,8 @@ def test_callgate_doctor_names_a_bad_trust_file(
     out, err = capsys.readouterr()
     assert err.splitlines()[0] == (
         f"BAD trust file {path} is not valid JSON (line 1 column 12: Expecting value)"
-        " — the workers keep the last version that loaded until it is fixed")
+        " — the workers keep the last version that loaded until it is fixed"
+    )
     assert "ok  Redis login default at redis://127.0.0.1:" in out
     save(path, document("carol"))
     assert main(["doctor", "--no-redis"]) == 0
@@ -107,8 +108,12 @@ def test_a_worker_whose_trust_file_does_not_load_says_so_in_one_line(
     error line naming the file, not a traceback."""
     path = tmp_path / "trust.json"
     save(path, '{"people": {"carol": ')
-    env = {**os.environ, "REDIS_URL": settings.redis_url, "CALLGATE_TRUST_FILE": str(path),
-           "CALLGATE_KEY_PREFIX": settings.key_prefix}
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.redis_url,
+        "CALLGATE_TRUST_FILE": str(path),
+        "CALLGATE_KEY_PREFIX": settings.key_prefix,
+    }
     done = subprocess.run(
         [sys.executable, "-m", f"callgate.services.{service}"],
         env=env, capture_output=True, text=True, timeout=60,

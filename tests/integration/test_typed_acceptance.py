@@ -42,8 +42,15 @@ def test_callgate_run_refuses_it_in_one_line_exit_2(
 async def test_the_client_raises_run_spec_error(settings: Settings) -> None:
     async with CallgateClient(settings) as client:
         with pytest.raises(RunSpecError, match=re.escape(EXPECTED)):
-            await client.submit({"api": "openai-chat", "model": "final-answer", "input": "hi",
-                                 "identity": {"user": "alice"}, "acceptance": BAD_RULE})
+            await client.submit(
+                {
+                    "api": "openai-chat",
+                    "model": "final-answer",
+                    "input": "hi",
+                    "identity": {"user": "alice"},
+                    "acceptance": BAD_RULE,
+                }
+            )
         assert await client.redis.keys(f"{settings.key_prefix}*") == []
 
 

@@ -50,14 +50,25 @@ async def _validating(rt: Runtime, run_id: str) -> None:
 
 
 def _forged_order(run_id: str) -> ValidateRequest:
-    run = DecideRunFacts.model_construct(identity={"user": "alice"}, allowed_tools=["sign_off"],
-                                         batch_policy="hold_effects", approval_ttl_s=1e308)
-    call = ProposedCall.model_construct(call_id="t1.0", index=0, tool="sign_off",
-                                        raw_arguments=ARGUMENTS)
+    run = DecideRunFacts.model_construct(
+        identity={"user": "alice"},
+        allowed_tools=["sign_off"],
+        batch_policy="hold_effects",
+        approval_ttl_s=1e308,
+    )
+    call = ProposedCall.model_construct(
+        call_id="t1.0", index=0, tool="sign_off", raw_arguments=ARGUMENTS
+    )
     facts = DecideFacts.model_construct(run=run, calls=(call,))
-    return ValidateRequest.model_construct(run_id=run_id, turn=1, call_ids=("t1.0",),
-                                           facts=facts, kind="validate_request", v=1,
-                                           msg_id="forged")
+    return ValidateRequest.model_construct(
+        run_id=run_id,
+        turn=1,
+        call_ids=("t1.0",),
+        facts=facts,
+        kind="validate_request",
+        v=1,
+        msg_id="forged",
+    )
 
 
 async def test_carried_facts_that_make_deciding_raise_give_way_to_the_ledgers(

@@ -41,8 +41,9 @@ from tests.seed import seed
 
 SECRET = "s" * 32
 EVERYTHING = Endpoint(name="all", url="http://127.0.0.1:1/x", secret=SECRET)
-ENDS_ONLY = Endpoint(name="ends", url="http://127.0.0.1:1/x", secret=SECRET,
-                     events=frozenset({"run.finished"}))
+ENDS_ONLY = Endpoint(
+    name="ends", url="http://127.0.0.1:1/x", secret=SECRET, events=frozenset({"run.finished"})
+)
 
 
 class Recorder:
@@ -68,8 +69,7 @@ def keys(settings: Settings) -> Keys:
 
 
 def feed(redis: aioredis.Redis, keys: Keys, sent: Recorder, owner: str = "w1") -> Feed:
-    return Feed(Follower(redis, keys, 3600), 1, 3600, [EVERYTHING, ENDS_ONLY], sent,
-                owner=owner)
+    return Feed(Follower(redis, keys, 3600), 1, 3600, [EVERYTHING, ENDS_ONLY], sent, owner=owner)
 
 
 async def log(redis: aioredis.Redis, keys: Keys, run_id: str, type: str, **data: Any) -> None:
@@ -102,14 +102,23 @@ async def test_each_event_once_per_endpoint_across_passes_and_a_fresh_worker(
     again = feed(redis, keys, sent)  # another process, nothing in memory
     assert await again.run_pass() == 0 and len(sent.jobs) == 1, "resumed from the cursor"
 
-    await log(redis, keys, "r1", "call.transition", call_id="c1", to="succeeded",
-              **{"from": ["executing"]})
+    await log(
+        redis,
+        keys,
+        "r1",
+        "call.transition",
+        call_id="c1",
+        to="succeeded",
+        **{"from": ["executing"]},
+    )
     await log(redis, keys, "r1", "run.transition", to="completed", **{"from": ["x"]})
     assert await again.run_pass() == 2, "run.finished for both endpoints"
     assert [endpoint for endpoint, _ in sent.sent[1:]] == ["all", "ends"]
     await again.run_pass()
-    assert await counts(redis, keys) == {"calls|reserve_seat|succeeded": 1,
-                                         "finished|completed": 1}, "counted once"
+    assert await counts(redis, keys) == {
+        "calls|reserve_seat|succeeded": 1,
+        "finished|completed": 1,
+    }, "counted once"
 
 
 async def test_a_pass_that_finds_the_lease_held_reads_nothing(
@@ -130,9 +139,15 @@ async def ended_long_ago(redis: aioredis.Redis, keys: Keys, run_id: str) -> None
     """``run_id`` in the runs index and its log ending ``completed``, past the ended grace."""
     ended_ms = now_ms() - 2 * ENDED_GRACE_MS
     await redis.zadd(keys.runs_index(0), {run_id: ended_ms - 1000})
-    await redis.xadd(keys.events(run_id), {"t": ended_ms, "type": "run.transition",
-                                           "d": orjson.dumps({"to": "completed", "from": ["x"]})},
-                     id=f"{ended_ms}-0")
+    await redis.xadd(
+        keys.events(run_id),
+        {
+            "t": ended_ms,
+            "type": "run.transition",
+            "d": orjson.dumps({"to": "completed", "from": ["x"]}),
+        },
+        id=f"{ended_ms}-0",
+    )
 
 
 async def test_an_ended_run_leaves_the_watch_and_comes_back_when_it_waits_again(
@@ -162,8 +177,14 @@ async def test_a_run_that_takes_a_reply_after_it_ended_is_followed_to_its_next_e
     so its second end is announced: nothing else says an ended run came back."""
     sent, watch = Recorder(), keys.webhooks(0, "watch")
     ledger = Ledger(redis, keys, settings)
-    run = RunRecord(run_id="r3", status=RunState.COMPLETED, api="openai-responses", model="m",
-                    input="hi", turn=1)
+    run = RunRecord(
+        run_id="r3",
+        status=RunState.COMPLETED,
+        api="openai-responses",
+        model="m",
+        input="hi",
+        turn=1,
+    )
     await seed(ledger, run)
     await ended_long_ago(redis, keys, "r3")
     follower = feed(redis, keys, sent)
@@ -171,8 +192,9 @@ async def test_a_run_that_takes_a_reply_after_it_ended_is_followed_to_its_next_e
     await follower.run_pass()
     assert await redis.zscore(watch, "r3") is None, "ended a while ago: no longer followed"
 
-    reply = await ledger.continue_run(run, [b'{"role": "user", "content": "and?"}'],
-                                      reply_id="q2", sender="svc", max_turns=5)
+    reply = await ledger.continue_run(
+        run, [b'{"role": "user", "content": "and?"}'], reply_id="q2", sender="svc", max_turns=5
+    )
     assert (await ledger.apply(reply)).ok
     assert await redis.zscore(watch, "r3") is not None, "the reply put it back on the watch"
     await log(redis, keys, "r3", "run.transition", to="completed", **{"from": ["awaiting_model"]})
@@ -213,7 +235,9 @@ def test_a_delivery_id_names_the_endpoint_and_cannot_be_guessed_without_its_secr
 
 
 async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
-    redis: aioredis.Redis, keys: Keys, settings: Settings,
+    redis: aioredis.Redis,
+    keys: Keys,
+    settings: Settings,
     receiver: tuple[str, list[tuple[dict[str, str], bytes]], list[int]],
 ) -> None:
     url, got, answers = receiver
@@ -222,8 +246,9 @@ async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
     job = job_of(endpoint, event.as_dict(), delivery_id(endpoint, event))
     outbound = Outbound(redis, keys, 3600, 1000)
     async with ClientSession() as session:
-        courier = Courier({"ops": endpoint}, WebhookSettings(retry_schedule_s=(0.5, 2.0)),
-                          outbound, session)
+        courier = Courier(
+            {"ops": endpoint}, WebhookSettings(retry_schedule_s=(0.5, 2.0)), outbound, session
+        )
         assert await courier.deliver(job, 1) == "delivered"
         assert await courier.deliver(job, 1) == "delivered before"
         assert len(got) == 1 and got[0][1] == event.body()
@@ -240,11 +265,17 @@ async def test_a_delivery_is_posted_once_retried_on_schedule_then_dead_lettered(
         forged = {**job, "endpoint": "not-registered"}
         assert await courier.deliver(forged, 1) == "dropped"
 
-    [(entry_id, fields)] = [(i.decode(), {k.decode(): v for k, v in f.items()})
-                            for i, f in await redis.xrange(keys.dead_letter(0))]
+    [(entry_id, fields)] = [
+        (i.decode(), {k.decode(): v for k, v in f.items()})
+        for i, f in await redis.xrange(keys.dead_letter(0))
+    ]
     row = dead_letter_row(0, entry_id, fields)
     assert (row["stream"], row["kind"], row["run_id"], row["delivery_count"]) == (
-        "webhooks", "webhook_delivery", "r1", 3)
+        "webhooks",
+        "webhook_delivery",
+        "r1",
+        3,
+    )
     assert "HTTP 503" in row["reason"]
     stats = {k.decode(): int(v) for k, v in (await redis.hgetall(keys.webhook_stats())).items()}
     assert stats == {"ops|delivered": 1, "ops|failed": 3, "ops|dead_lettered": 1}
@@ -272,9 +303,11 @@ async def test_an_event_older_than_the_max_age_is_counted_but_not_delivered(
     sent = Recorder()
     old_ms = now_ms() - 2 * 86_400_000
     await redis.zadd(keys.runs_index(0), {"old": old_ms})
-    await redis.xadd(keys.events("old"), {"t": old_ms, "type": "run.transition",
-                                          "d": orjson.dumps({"to": "failed", "from": ["x"]})},
-                     id=f"{old_ms}-0")
+    await redis.xadd(
+        keys.events("old"),
+        {"t": old_ms, "type": "run.transition", "d": orjson.dumps({"to": "failed", "from": ["x"]})},
+        id=f"{old_ms}-0",
+    )
     await new_run(redis, keys, "new")
     await log(redis, keys, "new", "run.transition", to="failed", **{"from": ["x"]})
     follower = feed(redis, keys, sent)

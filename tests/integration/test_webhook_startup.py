@@ -13,15 +13,21 @@ import orjson
 GOOD = {"name": "ops", "url": "https://ops.example.com/hook", "secret": "s" * 32}
 
 
-def test_the_worker_will_not_start_with_a_bad_list_and_says_why_in_one_line(
-    tmp_path: Path,
-) -> None:
+def test_the_worker_will_not_start_with_a_bad_list_and_says_why_in_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "hooks.json"
     bad.write_text(orjson.dumps([{**GOOD, "secret": "short"}]).decode())
-    env = {**os.environ, "CALLGATE_WEBHOOK_ENDPOINTS_FILE": str(bad),
-           "REDIS_URL": "redis://127.0.0.1:1/0"}
-    done = subprocess.run([sys.executable, "-m", "callgate.services.webhooks"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "CALLGATE_WEBHOOK_ENDPOINTS_FILE": str(bad),
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "callgate.services.webhooks"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "needs at least 16 bytes" in lines[0], done.stderr
@@ -31,9 +37,13 @@ def test_the_worker_will_not_start_with_a_bad_list_and_says_why_in_one_line(
 def test_dev_checks_the_webhooks_file_before_starting_anything(tmp_path: Path) -> None:
     bad = tmp_path / "hooks.json"
     bad.write_text(orjson.dumps([{**GOOD, "events": ["run.started"]}]).decode())
-    done = subprocess.run([sys.executable, "-m", "callgate.ops.cli", "dev", "--webhooks",
-                           str(bad)], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "CALLGATE_HOME": str(tmp_path / "home")})
+    done = subprocess.run(
+        [sys.executable, "-m", "callgate.ops.cli", "dev", "--webhooks", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CALLGATE_HOME": str(tmp_path / "home")},
+    )
     assert done.returncode == 2
     assert "argument --webhooks" in done.stderr and "events" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -30,7 +30,10 @@ def test_without_a_terminal_it_says_to_pass_approve_as(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "callgate.ops.cli", "demo", "workshop"],
         env={**os.environ, "CALLGATE_HOME": str(tmp_path)},
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 1
     assert result.stdout == ""
@@ -50,8 +53,13 @@ def test_eof_at_the_prompt_means_no(typed: bytes, decided: str) -> None:
     """A real terminal (a pty) as stdin; Ctrl-D (EOF) answers each prompt with its default."""
     master, slave = pty.openpty()
     try:
-        process = subprocess.Popen([sys.executable, "-c", ASK], stdin=slave,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process = subprocess.Popen(
+            [sys.executable, "-c", ASK],
+            stdin=slave,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         os.write(master, typed)
         out, err = process.communicate(timeout=60)
     finally:

@@ -65,8 +65,9 @@ async def forecast(city: str) -> dict[str, Any]:
     return {"city": city, "sky": "clear"}
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True,
-                                         destructive_hint=False))
+@server.tool(
+    annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False)
+)
 async def set_status(text: str, ctx: Context) -> dict[str, Any]:
     """Set the shop's status line (the same operation twice sets it once)."""
     operation_id = operation_of(ctx)
@@ -129,8 +130,9 @@ async def evolve(ctx: Context, with_currency: bool = False) -> dict[str, Any]:
     """Replace ``set_price`` with its next version (a new argument, or without ``with_currency``
     the same arguments and a new meaning) and tell every listening session."""
     server.remove_tool("set_price")
-    server.add_tool(set_price_in if with_currency else set_price_now, name="set_price",
-                    annotations=PRICE_HINTS)
+    server.add_tool(
+        set_price_in if with_currency else set_price_now, name="set_price", annotations=PRICE_HINTS
+    )
     record("evolved")
     await ctx.notify_tools_changed()  # to 2026-07-28 sessions that listen
     await ctx.session.send_tool_list_changed()  # to this session, on an older protocol

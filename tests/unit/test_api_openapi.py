@@ -61,8 +61,11 @@ def test_the_run_spec_schema_is_the_run_spec_models() -> None:
     spec = doc["components"]["schemas"]["RunSpec"]
     assert {"api", "model", "input"} <= set(spec["required"])
     assert spec["additionalProperties"] is False
-    missing = {ref for ref in refs(doc)
-               if ref.removeprefix("#/components/schemas/") not in doc["components"]["schemas"]}
+    missing = {
+        ref
+        for ref in refs(doc)
+        if ref.removeprefix("#/components/schemas/") not in doc["components"]["schemas"]
+    }
     assert missing == set(), "every $ref resolves"
 
 

@@ -15,10 +15,26 @@ MAX_FUNCTION_LINES = 50
 OUTSIDE_THE_RUNTIME = ("ops", "api", "console", "standins")
 """`callgate.ops`, `callgate.api` and `callgate.console` (operator tools, the HTTP API and its web
 console) and `callgate.standins` (the outside world's stand-ins)."""
-WRITES = frozenset({
-    "hset", "hdel", "hincrby", "rpush", "lpush", "xadd", "xack", "zadd", "zrem", "sadd",
-    "expire", "persist", "expect", "expect_missing", "expect_field_missing", "expect_length",
-})
+WRITES = frozenset(
+    {
+        "hset",
+        "hdel",
+        "hincrby",
+        "rpush",
+        "lpush",
+        "xadd",
+        "xack",
+        "zadd",
+        "zrem",
+        "sadd",
+        "expire",
+        "persist",
+        "expect",
+        "expect_missing",
+        "expect_field_missing",
+        "expect_length",
+    }
+)
 """Redis writes, and the guards of a step: what only the ledger (and the stream loop) does."""
 WRITES_WITH_ARGUMENTS = frozenset({"set", "delete"})
 """Names an `asyncio.Event` shares: a write only when it names a key."""
@@ -68,8 +84,9 @@ def test_the_runtime_never_imports_a_stand_in_or_an_operator_tool() -> None:
         "print('\\n'.join(sorted(m for m in sys.modules if m.startswith(('callgate.ops',"
         " 'callgate.standins')))))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, cwd="/")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == []
 

@@ -430,8 +430,13 @@ def _idp_token(world: World, **claims: Any) -> str:
 
 
 def _ed_idp_token(world: World, **claims: Any) -> str:
-    body = {"iss": ED_IDP, "aud": "callgate", "email": "carol@example.com", "iat": int(NOW),
-            "exp": int(NOW) + 60}
+    body = {
+        "iss": ED_IDP,
+        "aud": "callgate",
+        "email": "carol@example.com",
+        "iat": int(NOW),
+        "exp": int(NOW) + 60,
+    }
     return jwt.encode(_present({**body, **claims}), world.keys["ed-idp"], algorithm="EdDSA")
 
 
@@ -444,22 +449,23 @@ def _verify_identity_ok(world: World, token: str) -> VerifiedIdentity:
 
 
 def _verify_identity(world: World, *, now: float = NOW) -> Callable[[str], object]:
-    return lambda token: verify_identity_token(token, world.trust, now=now,
-                                                 max_lifetime_s=MAX_AGE_S)
+    return lambda token: verify_identity_token(
+        token, world.trust, now=now, max_lifetime_s=MAX_AGE_S
+    )
 
 
 def test_an_identity_token_from_a_jwks_issuer_is_verified(world: World) -> None:
     identity = verify_identity_token(
-        _idp_token(world, roles=["viewer", "editor"]), world.trust, now=NOW,
+        _idp_token(world, roles=["viewer", "editor"]),
+        world.trust,
+        now=NOW,
         max_lifetime_s=MAX_AGE_S,
     )
     assert (identity.user, identity.roles, identity.issuer) == ("u1", ("viewer", "editor"), IDP)
     space_separated = _idp_token(world, roles="viewer editor viewer")
-    assert verify_identity_token(space_separated, world.trust, now=NOW,
-                                 max_lifetime_s=MAX_AGE_S).roles == (
-        "viewer",
-        "editor",
-    )
+    assert verify_identity_token(
+        space_separated, world.trust, now=NOW, max_lifetime_s=MAX_AGE_S
+    ).roles == ("viewer", "editor")
 
 
 def test_an_identity_token_from_an_unknown_issuer_is_refused(world: World) -> None:

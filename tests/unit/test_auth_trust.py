@@ -13,14 +13,7 @@ from jwt.algorithms import RSAAlgorithm
 from pydantic import BaseModel, ValidationError
 
 from callgate.auth.keys import new_private_key, public_key_text
-from callgate.auth.trust import (
-    Delegate,
-    Issuer,
-    Person,
-    Submitter,
-    TrustConfig,
-    load_trust,
-)
+from callgate.auth.trust import Delegate, Issuer, Person, Submitter, TrustConfig, load_trust
 from callgate.errors import TrustConfigError
 
 

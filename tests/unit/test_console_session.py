@@ -16,13 +16,23 @@ from callgate.console.settings import ConsoleSettings
 from callgate.console.views import timeline
 
 
-def request(cookie: str | None = None, headers: dict[str, str] | None = None,
-            method: str = "GET") -> Request:
+def request(
+    cookie: str | None = None, headers: dict[str, str] | None = None, method: str = "GET"
+) -> Request:
     raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     if cookie is not None:
         raw.append((b"cookie", f"{COOKIE}={cookie}".encode()))
-    return Request({"type": "http", "method": method, "path": "/", "headers": raw,
-                    "query_string": b"", "scheme": "http", "server": ("t", 80)})
+    return Request(
+        {
+            "type": "http",
+            "method": method,
+            "path": "/",
+            "headers": raw,
+            "query_string": b"",
+            "scheme": "http",
+            "server": ("t", 80),
+        }
+    )
 
 
 def sessions(**settings: Any) -> Sessions:
@@ -72,13 +82,23 @@ async def test_a_change_needs_the_sessions_csrf_token() -> None:
 
 
 def test_the_timeline_redacts_and_times_each_call() -> None:
-    call = {"call_id": "t1.0", "turn": 1, "arguments": {"city": "Paris", "api_key": "sk-1"},
-            "result": {"status": "ok", "payload": {"token": "abc"}}}
+    call = {
+        "call_id": "t1.0",
+        "turn": 1,
+        "arguments": {"city": "Paris", "api_key": "sk-1"},
+        "result": {"status": "ok", "payload": {"token": "abc"}},
+    }
     view = {"calls": [call], "status": "paused_unknown_outcome"}
-    trace = [{"id": "1-0", "t_ms": 1000, "type": "call.created", "data": {"call_id": "t1.0"}},
-             {"id": "2-0", "t_ms": 1250, "type": "approval.approved", "data": {}},
-             {"id": "3-0", "t_ms": 1500, "type": "call.transition",
-              "data": {"call_id": "t1.0", "to": "unknown"}}]
+    trace = [
+        {"id": "1-0", "t_ms": 1000, "type": "call.created", "data": {"call_id": "t1.0"}},
+        {"id": "2-0", "t_ms": 1250, "type": "approval.approved", "data": {}},
+        {
+            "id": "3-0",
+            "t_ms": 1500,
+            "type": "call.transition",
+            "data": {"call_id": "t1.0", "to": "unknown"},
+        },
+    ]
     shown = timeline(view, trace)
     [(turn, [row])] = shown["turns"]
     assert turn == 1 and row["took_s"] == 0.5

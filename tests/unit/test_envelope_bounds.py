@@ -30,11 +30,20 @@ BASE = {"v": 1, "msg_id": "m1", "run_id": "r1", "turn": 1}
 
 
 def _validate(ttl: Any = 60.0, index: Any = 0, **more: Any) -> dict[str, Any]:
-    run = {"identity": {"user": "alice"}, "allowed_tools": ["t"], "batch_policy": "hold_effects",
-           "approval_ttl_s": ttl}
+    run = {
+        "identity": {"user": "alice"},
+        "allowed_tools": ["t"],
+        "batch_policy": "hold_effects",
+        "approval_ttl_s": ttl,
+    }
     call = {"call_id": "t1.0", "index": index, "tool": "t", "raw_arguments": "{}"}
-    return {**BASE, "kind": "validate_request", "call_ids": ["t1.0"],
-            "facts": {"run": run, "calls": [call]}, **more}
+    return {
+        **BASE,
+        "kind": "validate_request",
+        "call_ids": ["t1.0"],
+        "facts": {"run": run, "calls": [call]},
+        **more,
+    }
 
 
 def _exec(attempts: Any) -> dict[str, Any]:
@@ -49,14 +58,30 @@ OUT_OF_RANGE: dict[str, tuple[dict[str, Any], str]] = {
     "approval ttl negative": (_validate(ttl=-5.0), "facts.run.approval_ttl_s"),
     "call index": (_validate(index=10**12), "facts.calls.0.index"),
     "turn": ({**BASE, "turn": 10**30, "kind": "turn_request"}, "turn"),
-    "too many call ids": (_validate(call_ids=[f"t1.{i}" for i in range(CALLS_MAX + 1)]),
-                          "call_ids"),
-    "reconcile attempt": ({**BASE, "kind": "reconcile_request", "call_id": "c",
-                           "attempt": 10**9}, "attempt"),
+    "too many call ids": (
+        _validate(call_ids=[f"t1.{i}" for i in range(CALLS_MAX + 1)]),
+        "call_ids",
+    ),
+    "reconcile attempt": (
+        {**BASE, "kind": "reconcile_request", "call_id": "c", "attempt": 10**9},
+        "attempt",
+    ),
     "exec attempts": (_exec(10**9), "facts.attempts"),
-    "expiry": ({**BASE, "kind": "approval_requested", "call_id": "c", "approval_id": "a",
-                "tool": "t", "args_hash": "h", "arguments": {}, "approver_role": "r",
-                "requested_by": "u", "expires_ms": 10**20}, "expires_ms"),
+    "expiry": (
+        {
+            **BASE,
+            "kind": "approval_requested",
+            "call_id": "c",
+            "approval_id": "a",
+            "tool": "t",
+            "args_hash": "h",
+            "arguments": {},
+            "approver_role": "r",
+            "requested_by": "u",
+            "expires_ms": 10**20,
+        },
+        "expires_ms",
+    ),
 }
 
 
@@ -79,12 +104,28 @@ def test_the_largest_values_a_run_can_hold_still_decode() -> None:
 
 def test_each_kind_has_one_stream_and_decisions_take_only_decisions() -> None:
     assert CARRIED_ON["decisions"] == (SignedDecision, ApprovalExpired)
-    homes = {kind: home_stream(kind) for kind in (TurnRequest, ValidateRequest, ExecRequest,
-                                                  CallResult, ReconcileRequest, SignedDecision,
-                                                  ApprovalExpired, ApprovalRequested)}
-    assert homes == {TurnRequest: "turns", ValidateRequest: "validate", ExecRequest: "exec",
-                     CallResult: "results", ReconcileRequest: "reconcile",
-                     SignedDecision: "decisions", ApprovalExpired: "decisions",
-                     ApprovalRequested: "notify"}
+    homes = {
+        kind: home_stream(kind)
+        for kind in (
+            TurnRequest,
+            ValidateRequest,
+            ExecRequest,
+            CallResult,
+            ReconcileRequest,
+            SignedDecision,
+            ApprovalExpired,
+            ApprovalRequested,
+        )
+    }
+    assert homes == {
+        TurnRequest: "turns",
+        ValidateRequest: "validate",
+        ExecRequest: "exec",
+        CallResult: "results",
+        ReconcileRequest: "reconcile",
+        SignedDecision: "decisions",
+        ApprovalExpired: "decisions",
+        ApprovalRequested: "notify",
+    }
     carried = [kind for kinds in CARRIED_ON.values() for kind in kinds]
     assert len(carried) == len(set(carried))

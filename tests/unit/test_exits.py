@@ -18,8 +18,13 @@ from callgate.ops.exits import exit_for_status, failure, unreachable
 from callgate.states import RunState
 
 CODES = {
-    RunState.COMPLETED: 0, RunState.FAILED: 1, RunState.REFUSED: 1, RunState.HANDED_OFF: 1,
-    RunState.CANCELLED: 1, RunState.PAUSED_APPROVAL: 4, RunState.PAUSED_UNKNOWN_OUTCOME: 4,
+    RunState.COMPLETED: 0,
+    RunState.FAILED: 1,
+    RunState.REFUSED: 1,
+    RunState.HANDED_OFF: 1,
+    RunState.CANCELLED: 1,
+    RunState.PAUSED_APPROVAL: 4,
+    RunState.PAUSED_UNKNOWN_OUTCOME: 4,
     RunState.PAUSED_INCOMPLETE: 4,
 }
 
@@ -41,8 +46,12 @@ def test_errors_map_to_one_line_and_a_code(monkeypatch: pytest.MonkeyPatch) -> N
     assert failure(NotFoundError("no run r")) == ("no run r", 3)
     assert failure(SpecConflictError("r"))[1] == 3  # type: ignore[index]
     assert failure(RunSpecError(["input: required", "api:\nbad"])) == (
-        "invalid run spec: input: required; api: bad", 2)
+        "invalid run spec: input: required; api: bad",
+        2,
+    )
     assert failure(JobFailedError("run r was not started: redis://u:pw-123@db")) == (
-        "run r was not started: redis://u:[redacted]@db", 1)
+        "run r was not started: redis://u:[redacted]@db",
+        1,
+    )
     assert failure(TimeoutError("run r still validating after 1s"))[1] == 1  # type: ignore[index]
     assert failure(KeyError("bug")) is None

@@ -37,10 +37,14 @@ def test_every_data_file_ships_as_package_data() -> None:
     """The console's templates and static files, the Lua scripts and the scenarios are in an
     installed package too, not only in a checkout."""
     globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-data"]["callgate"]
+        "package-data"
+    ]["callgate"]
     shared = ROOT / "shared"
-    data = [path.relative_to(shared) for path in shared.rglob("*") if path.is_file()
-            and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts]
+    data = [
+        path.relative_to(shared)
+        for path in shared.rglob("*")
+        if path.is_file() and path.suffix not in {".py", ".pyc"} and "__pycache__" not in path.parts
+    ]
     assert data, "shared/ holds data files"
     assert [str(p) for p in data if not any(p.match(glob) for glob in globs)] == []
 
@@ -83,7 +87,10 @@ def test_a_users_own_shared_package_does_not_shadow_callgate(tmp_path: Path) -> 
 def test_workers_start_under_the_callgate_name(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "callgate.services.executor", "--help"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "python -m callgate.services.executor" in result.stdout

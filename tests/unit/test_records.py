@@ -24,13 +24,7 @@ from callgate.records import (
     error_result,
     ok_result,
 )
-from callgate.redact import (
-    REDACTED,
-    redact,
-    redact_error,
-    scrub,
-    sensitive_values,
-)
+from callgate.redact import REDACTED, redact, redact_error, scrub, sensitive_values
 from callgate.states import CallState, RunState
 
 
@@ -265,11 +259,15 @@ def test_scrub_replaces_values_as_written_and_json_escaped_longest_first() -> No
 
 def test_an_exception_is_described_without_its_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "planted-env-secret")
-    exc = RuntimeError("GET redis://w:pa55word@db/0 as Bearer abc.def, key planted-env-secret, "
-                       "card 4111111111111111, x" + "y" * 600)
+    exc = RuntimeError(
+        "GET redis://w:pa55word@db/0 as Bearer abc.def, key planted-env-secret, "
+        "card 4111111111111111, x" + "y" * 600
+    )
     text = redact_error(exc, {"4111111111111111"})
-    assert text.startswith(f"RuntimeError: GET redis://w:{REDACTED}@db/0 as {REDACTED} key "
-                           f"{REDACTED}, card {REDACTED}, x")
+    assert text.startswith(
+        f"RuntimeError: GET redis://w:{REDACTED}@db/0 as {REDACTED} key "
+        f"{REDACTED}, card {REDACTED}, x"
+    )
     assert text.endswith("chars)")  # cut like any event string
     assert redact_error(KeyError()) == "KeyError"
 
@@ -294,23 +292,55 @@ CODE = {name: number for number, name in enumerate(CODES, start=1)}
 
 
 def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
-    tx = (Tx("a_step").expect("{a}k", "state", "x", "y").expect_missing("{a}n")
-          .expect_field_missing("{a}k", "lock").expect("{a}k", "state", "x")
-          .hset("{a}k", {"f": 1, "g": b"\xff"}))
+    tx = (
+        Tx("a_step")
+        .expect("{a}k", "state", "x", "y")
+        .expect_missing("{a}n")
+        .expect_field_missing("{a}k", "lock")
+        .expect("{a}k", "state", "x")
+        .hset("{a}k", {"f": 1, "g": b"\xff"})
+    )
     keys, argv = tx.encode()
     assert keys == ["{a}k", "{a}n"]
-    assert argv[0] == bytes([
-        0, 1, 0, 4,                               # one read, four guards
-        CODE["rd"], 0, 1, 0, 2,                   # {a}k's guarded fields, slots 1 and 2
-        CODE["in"], 0, 1, 0, 3,                   # slot 1 is x or y
-        CODE["nx"], 0, 2, 0, 0,
-        CODE["fnx"], 0, 1, 0, 1,                  # slot 2 is missing
-        CODE["in"], 0, 1, 0, 2,
-        CODE["hset"], 0, 1, 0, 4,
-    ])
-    assert argv[1:] == [
-        "state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff",
-    ]
+    assert argv[0] == bytes(
+        [
+            0,
+            1,
+            0,
+            4,  # one read, four guards
+            CODE["rd"],
+            0,
+            1,
+            0,
+            2,  # {a}k's guarded fields, slots 1 and 2
+            CODE["in"],
+            0,
+            1,
+            0,
+            3,  # slot 1 is x or y
+            CODE["nx"],
+            0,
+            2,
+            0,
+            0,
+            CODE["fnx"],
+            0,
+            1,
+            0,
+            1,  # slot 2 is missing
+            CODE["in"],
+            0,
+            1,
+            0,
+            2,
+            CODE["hset"],
+            0,
+            1,
+            0,
+            4,
+        ]
+    )
+    assert argv[1:] == ["state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff"]
 
 
 def test_a_script_call_carries_its_steps_one_after_another_and_names_them_last() -> None:

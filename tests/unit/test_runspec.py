@@ -87,8 +87,11 @@ def test_an_acceptance_rule_of_the_wrong_shape_is_refused_at_submit() -> None:
 
 
 def test_a_json_schema_keeps_the_keywords_it_does_not_check() -> None:
-    schema = {"type": "object", "required": ["a"],
-              "properties": {"a": {"type": "string", "description": "the answer"}}}
+    schema = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {"a": {"type": "string", "description": "the answer"}},
+    }
     record = to_run_record(with_run_id(parse_spec(spec(acceptance={"json_schema": schema}))),
                            1, [], {"user": "alice"}, "local")  # fmt: skip
     assert record.acceptance == {"json_schema": schema}
@@ -119,8 +122,13 @@ def test_run_id_is_minted_once_and_kept() -> None:
 def test_new_run_record_awaits_the_model_for_turn_one() -> None:
     parsed = RunSpec.model_validate(spec(run_id="r1", deadline_s=2.5, max_turns=3))
     verified = {"user": "alice", "roles": ["events-lead"]}
-    run = to_run_record(parsed, now_ms=1_000, allowed_tools=["get_weather"], identity=verified,
-                        vouched_by="service:local")
+    run = to_run_record(
+        parsed,
+        now_ms=1_000,
+        allowed_tools=["get_weather"],
+        identity=verified,
+        vouched_by="service:local",
+    )
     assert run.status == RunState.AWAITING_MODEL
     assert run.turn == 1
     assert run.max_turns == 3
@@ -129,5 +137,10 @@ def test_new_run_record_awaits_the_model_for_turn_one() -> None:
     assert run.created_ms == run.updated_ms == 1_000
     assert run.allowed_tools == ["get_weather"]
     with pytest.raises(RunSpecError):
-        to_run_record(parse_spec(spec()), now_ms=0, allowed_tools=[], identity=verified,
-                      vouched_by="service:local")
+        to_run_record(
+            parse_spec(spec()),
+            now_ms=0,
+            allowed_tools=[],
+            identity=verified,
+            vouched_by="service:local",
+        )

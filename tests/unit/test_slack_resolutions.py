@@ -22,11 +22,22 @@ from callgate.slack.settings import Approver
 from callgate.states import CallState
 from tests.unit.test_slack_messages import _assert_inert, _mrkdwn, _text_objects
 
-LONGEST = Notification(type="unknown_outcome", run_id="r" * 128, call_id="c" * 128,
-                       tool="t" * 5000, operation_id="o" * 256, detail="d" * 10_000)
-HOSTILE = Notification(type="unknown_outcome", run_id="run<!channel>", call_id="c<!here>",
-                       tool="t<https://evil.example|Applied>", operation_id="op`<!channel>&",
-                       detail="<!channel> click <https://evil.example|Applied> ```")
+LONGEST = Notification(
+    type="unknown_outcome",
+    run_id="r" * 128,
+    call_id="c" * 128,
+    tool="t" * 5000,
+    operation_id="o" * 256,
+    detail="d" * 10_000,
+)
+HOSTILE = Notification(
+    type="unknown_outcome",
+    run_id="run<!channel>",
+    call_id="c<!here>",
+    tool="t<https://evil.example|Applied>",
+    operation_id="op`<!channel>&",
+    detail="<!channel> click <https://evil.example|Applied> ```",
+)
 
 
 def _buttons(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -41,7 +52,8 @@ def test_buttons_fit_slack_limits_and_round_trip() -> None:
     for button in buttons:
         assert len(button["value"]) <= 2000
         assert ResolveValue.from_value(button["value"]) == ResolveValue(
-            run_id="r" * 128, call_id="c" * 128, op="o" * 256)
+            run_id="r" * 128, call_id="c" * 128, op="o" * 256
+        )
         confirm = button.get("confirm")
         if confirm is not None:
             assert len(confirm["title"]["text"]) <= 100 and len(confirm["text"]["text"]) <= 300
@@ -67,7 +79,8 @@ def test_hostile_values_are_escaped_and_still_round_trip() -> None:
     assert "&lt;!channel&gt;" in orjson.dumps(_mrkdwn(blocks)).decode(), "shown, not dropped"
     for button in _buttons(blocks):
         assert ResolveValue.from_value(button["value"]) == ResolveValue(
-            run_id="run<!channel>", call_id="c<!here>", op="op`<!channel>&")
+            run_id="run<!channel>", call_id="c<!here>", op="op`<!channel>&"
+        )
     done = resolved_blocks(blocks, "applied", "carol<!here>", "U1>")
     _assert_inert(_mrkdwn(done))
     assert all(b["type"] != "actions" for b in done)
@@ -81,8 +94,16 @@ def test_recheck_keeps_the_buttons_last() -> None:
     assert any("recheck asked by carol" in t for t in _mrkdwn(done))
 
 
-CALL = CallRecord(run_id="r", call_id="c", turn=1, index=0, provider_call_id="fc",
-                  tool="reserve_seat", operation_id="op", state=CallState.UNRESOLVED)
+CALL = CallRecord(
+    run_id="r",
+    call_id="c",
+    turn=1,
+    index=0,
+    provider_call_id="fc",
+    tool="reserve_seat",
+    operation_id="op",
+    state=CallState.UNRESOLVED,
+)
 CAROL = Approver(user="carol")
 
 
@@ -97,8 +118,9 @@ def test_authorize_checks_who_then_the_call() -> None:
     assert "not mapped" in (authorize_resolve(_click(), None, CALL, team_id=None) or "")
     assert "no such call" in (authorize_resolve(_click(), CAROL, None, team_id=None) or "")
     done = CALL.model_copy(update={"state": CallState.FAILED})
-    assert "failed, not unresolved" in (authorize_resolve(_click(), CAROL, done,
-                                                          team_id=None) or "")
+    assert "failed, not unresolved" in (
+        authorize_resolve(_click(), CAROL, done, team_id=None) or ""
+    )
     other = _click(value=ResolveValue(run_id="r", call_id="c", op="op-2"))
     assert "operation id" in (authorize_resolve(other, CAROL, CALL, team_id=None) or "")
     elsewhere = _click(value=ResolveValue(run_id="r", call_id="c2", op="op"))

@@ -26,8 +26,9 @@ SECRET = "sk-PLANTEDsecret0123456789"
 
 def _start(content: bool = False) -> tuple[TracerProvider, InMemorySpanExporter]:
     exported = InMemorySpanExporter()
-    provider = setup.start("test", enabled=True, content=content,
-                           processor=SimpleSpanProcessor(exported))
+    provider = setup.start(
+        "test", enabled=True, content=content, processor=SimpleSpanProcessor(exported)
+    )
     assert provider is not None
     return provider, exported
 
@@ -43,8 +44,15 @@ def _make_every_span() -> None:
     run = RunRecord(run_id="r1", api="openai-responses", model="m", input="hi", turn=1)
     with spans.chat("m", 1, 100):
         pass
-    with spans.execute_tool("t", "t1.0", origin="local", effect="read", effect_source="declared",
-                            attempt=1, arguments={"q": 1}):
+    with spans.execute_tool(
+        "t",
+        "t1.0",
+        origin="local",
+        effect="read",
+        effect_source="declared",
+        attempt=1,
+        arguments={"q": 1},
+    ):
         spans.note_outcome("succeeded", ok_result({"a": 1}))
     with spans.mcp_call("shop", "note"):
         assert spans.traced_meta(None) is None
@@ -65,8 +73,9 @@ async def test_off_no_span_is_made_and_no_message_carries_a_trace() -> None:
     await traced(handler)(TurnRequest(run_id="r1", turn=1), None)
     assert exported.get_finished_spans() == ()
     assert "traceparent" not in orjson.loads(seen[0])
-    assert "traceparent" not in orjson.loads(encode(ExecRequest(run_id="r1", turn=1,
-                                                                call_id="t1.0")))
+    assert "traceparent" not in orjson.loads(
+        encode(ExecRequest(run_id="r1", turn=1, call_id="t1.0"))
+    )
 
 
 async def test_a_handler_joins_its_message_s_trace_and_passes_it_on(
@@ -76,12 +85,18 @@ async def test_a_handler_joins_its_message_s_trace_and_passes_it_on(
 
     async def handler(message: TurnRequest, delivery: object) -> None:
         with spans.chat("m", 1, None):
-            written.append(orjson.loads(encode(CallResult(
-                run_id=message.run_id, turn=1, call_id="t1.0", state="succeeded"))))
+            written.append(
+                orjson.loads(
+                    encode(
+                        CallResult(run_id=message.run_id, turn=1, call_id="t1.0", state="succeeded")
+                    )
+                )
+            )
             written.append(orjson.loads(encode(TurnRequest(run_id="other", turn=1))))
 
-    await traced(handler)(decode(encode(TurnRequest(run_id="r1", turn=1,
-                                                    traceparent=FOREIGN))), None)
+    await traced(handler)(
+        decode(encode(TurnRequest(run_id="r1", turn=1, traceparent=FOREIGN))), None
+    )
     [chat] = tracing.get_finished_spans()
     assert chat.context is not None and chat.parent is not None
     assert f"{chat.context.trace_id:032x}" == FOREIGN.split("-")[1]
@@ -94,8 +109,9 @@ async def test_a_handler_joins_its_message_s_trace_and_passes_it_on(
 async def test_without_a_traceparent_the_run_s_trace_is_derived_and_its_root_named(
     tracing: InMemorySpanExporter,
 ) -> None:
-    run = RunRecord(run_id="r7", api="openai-responses", model="m", input="hi", turn=2,
-                    created_ms=1_000)
+    run = RunRecord(
+        run_id="r7", api="openai-responses", model="m", input="hi", turn=2, created_ms=1_000
+    )
 
     async def handler(message: TurnRequest, delivery: object) -> None:
         with spans.chat("m", 2, None):
@@ -119,9 +135,16 @@ def test_a_malformed_traceparent_is_refused_like_any_bad_field() -> None:
 
 
 def _arguments_of(exported: InMemorySpanExporter) -> str | None:
-    with spans.execute_tool("t", "t1.0", origin="local", effect="write", effect_source="declared",
-                            attempt=1, arguments={"text": f"key {SECRET}", "pin": "1234"},
-                            sensitive={"pin"}):
+    with spans.execute_tool(
+        "t",
+        "t1.0",
+        origin="local",
+        effect="write",
+        effect_source="declared",
+        attempt=1,
+        arguments={"text": f"key {SECRET}", "pin": "1234"},
+        sensitive={"pin"},
+    ):
         spans.note_outcome("succeeded", ok_result({"echo": SECRET}), {"pin"})
     [span] = exported.get_finished_spans()
     assert span.attributes is not None

@@ -29,9 +29,14 @@ ACL_SH = Path(__file__).resolve().parents[2] / "deploy" / "redis" / "acl.sh"
 
 def trust(**attributes: list[str]) -> TrustConfig:
     key = public_key_text(Ed25519PrivateKey.generate())
-    return TrustConfig.model_validate({"submitters": {
-        name: {"public_key": key, "grants": ["*"], "attributes": {"tenant": values}}
-        for name, values in attributes.items()}})
+    return TrustConfig.model_validate(
+        {
+            "submitters": {
+                name: {"public_key": key, "grants": ["*"], "attributes": {"tenant": values}}
+                for name, values in attributes.items()
+            }
+        }
+    )
 
 
 TRUST = trust(acme_desk=["acme"], globex_desk=["globex", "*"])
@@ -41,26 +46,32 @@ def test_the_tenants_are_the_values_submitters_may_assert() -> None:
     assert tenants(TRUST) == ["acme", "globex"]
 
 
-@pytest.mark.parametrize(("identity", "run_id"), [
-    ({"user": "alice", "tenant": "acme"}, "acme.1"),
-    ({"user": "bob", "tenant": "globex"}, "globex.x:acme.y"),
-    ({"user": "carl", "tenant": "initech"}, "initech.7"),  # granted by "*": its own prefix
-    ({"user": "dora"}, "run-1"),
-    ({"user": "dora"}, "other.1"),  # a prefix no tenant has
-])
+@pytest.mark.parametrize(
+    ("identity", "run_id"),
+    [
+        ({"user": "alice", "tenant": "acme"}, "acme.1"),
+        ({"user": "bob", "tenant": "globex"}, "globex.x:acme.y"),
+        ({"user": "carl", "tenant": "initech"}, "initech.7"),  # granted by "*": its own prefix
+        ({"user": "dora"}, "run-1"),
+        ({"user": "dora"}, "other.1"),  # a prefix no tenant has
+    ],
+)
 def test_a_run_takes_a_run_id_named_for_its_tenant(identity: dict[str, Any], run_id: str) -> None:
     check_tenancy(TRUST, identity, run_id)
 
 
-@pytest.mark.parametrize(("identity", "run_id", "reason"), [
-    ({"user": "bob", "tenant": "globex"}, "acme.1", "needs a run id starting 'globex.'"),
-    ({"user": "bob", "tenant": "globex"}, "globex", "needs a run id starting 'globex.'"),
-    ({"user": "bob", "tenant": "globex"}, "globexx.1", "needs a run id starting 'globex.'"),
-    ({"user": "dora"}, "acme.1", "belong to tenant acme"),
-    ({"user": "dora", "tenant": "Acme"}, "Acme.1", "not a tenant name"),
-    ({"user": "dora", "tenant": "a*"}, "a*.1", "not a tenant name"),
-    ({"user": "dora", "tenant": ["acme"]}, "acme.1", "not a tenant name"),
-])
+@pytest.mark.parametrize(
+    ("identity", "run_id", "reason"),
+    [
+        ({"user": "bob", "tenant": "globex"}, "acme.1", "needs a run id starting 'globex.'"),
+        ({"user": "bob", "tenant": "globex"}, "globex", "needs a run id starting 'globex.'"),
+        ({"user": "bob", "tenant": "globex"}, "globexx.1", "needs a run id starting 'globex.'"),
+        ({"user": "dora"}, "acme.1", "belong to tenant acme"),
+        ({"user": "dora", "tenant": "Acme"}, "Acme.1", "not a tenant name"),
+        ({"user": "dora", "tenant": "a*"}, "a*.1", "not a tenant name"),
+        ({"user": "dora", "tenant": ["acme"]}, "acme.1", "not a tenant name"),
+    ],
+)
 def test_any_other_run_id_is_refused(identity: dict[str, Any], run_id: str, reason: str) -> None:
     with pytest.raises(AuthError, match=re.escape(reason)):
         check_tenancy(TRUST, identity, run_id)
@@ -99,7 +110,9 @@ def _tenant_indices() -> set[str]:
     keys, names = Keys(), set()
     for name, method in inspect.getmembers(keys, inspect.ismethod):
         if name.startswith("_") or list(inspect.signature(method).parameters) != [
-                "partition", "tenant"]:
+            "partition",
+            "tenant",
+        ]:
             continue
         whole, copy = method(3, None), method(3, "acme")
         assert copy == f"{whole}:acme.", name
@@ -124,26 +137,49 @@ def test_acl_sh_narrows_every_per_run_key_kind_of_callgate_keys() -> None:
 
 
 def _desk_trust(issuer_key: Ed25519PrivateKey, desk_key: Ed25519PrivateKey) -> TrustConfig:
-    return TrustConfig.model_validate({
-        "submitters": {"acme_desk": {"public_key": public_key_text(desk_key), "grants": ["*"],
-                                     "attributes": {"tenant": ["acme"]}}},
-        "issuers": {"https://idp.test": {"audience": "callgate",
-                                         "public_keys": [public_key_text(issuer_key)]}},
-    })
+    return TrustConfig.model_validate(
+        {
+            "submitters": {
+                "acme_desk": {
+                    "public_key": public_key_text(desk_key),
+                    "grants": ["*"],
+                    "attributes": {"tenant": ["acme"]},
+                }
+            },
+            "issuers": {
+                "https://idp.test": {
+                    "audience": "callgate",
+                    "public_keys": [public_key_text(issuer_key)],
+                }
+            },
+        }
+    )
 
 
-def _job(desk_key: Ed25519PrivateKey, run_id: str, identity: dict[str, Any],
-         id_token: str | None = None) -> StartJob:
-    spec = {"run_id": run_id, "api": "openai-responses", "model": "m", "input": "hi",
-            "identity": identity}
+def _job(
+    desk_key: Ed25519PrivateKey, run_id: str, identity: dict[str, Any], id_token: str | None = None
+) -> StartJob:
+    spec = {
+        "run_id": run_id,
+        "api": "openai-responses",
+        "model": "m",
+        "input": "hi",
+        "identity": identity,
+    }
     token = sign_submission(Signer("acme_desk", desk_key), run_id=run_id, spec=spec)
     return StartJob(spec=spec, token=token, identity_token=id_token)
 
 
 def _id_token(issuer_key: Ed25519PrivateKey, user: str) -> str:
     now = int(time.time())
-    claims = {"iss": "https://idp.test", "aud": "callgate", "sub": user, "iat": now,
-              "exp": now + 60, "jti": f"j-{user}-{now}"}
+    claims = {
+        "iss": "https://idp.test",
+        "aud": "callgate",
+        "sub": user,
+        "iat": now,
+        "exp": now + 60,
+        "jti": f"j-{user}-{now}",
+    }
     return jwt.encode(claims, issuer_key, algorithm="EdDSA")
 
 
@@ -152,15 +188,30 @@ def test_a_tenants_service_cannot_start_a_run_outside_every_tenant() -> None:
     reads it and every untenanted one does: refused, on both admission paths."""
     issuer_key, desk_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     trust = _desk_trust(issuer_key, desk_key)
-    admitted = admit(_job(desk_key, "acme.1", {"user": "alice", "tenant": "acme"}), "acme.1",
-                     trust, now=time.time(), token_max_age_s=600)
+    admitted = admit(
+        _job(desk_key, "acme.1", {"user": "alice", "tenant": "acme"}),
+        "acme.1",
+        trust,
+        now=time.time(),
+        token_max_age_s=600,
+    )
     assert admitted.identity["tenant"] == "acme"
     with pytest.raises(AuthError, match=re.escape("name the tenant as identity.tenant")):
-        admit(_job(desk_key, "run-1", {"user": "alice"}), "run-1", trust, now=time.time(),
-              token_max_age_s=600)
+        admit(
+            _job(desk_key, "run-1", {"user": "alice"}),
+            "run-1",
+            trust,
+            now=time.time(),
+            token_max_age_s=600,
+        )
     with pytest.raises(AuthError, match=re.escape("name the tenant as identity.tenant")):
-        admit(_job(desk_key, "run-2", {}, _id_token(issuer_key, "alice")), "run-2", trust,
-              now=time.time(), token_max_age_s=600)
+        admit(
+            _job(desk_key, "run-2", {}, _id_token(issuer_key, "alice")),
+            "run-2",
+            trust,
+            now=time.time(),
+            token_max_age_s=600,
+        )
 
 
 def test_an_issuers_user_runs_under_the_tenant_its_service_may_name() -> None:

@@ -13,13 +13,24 @@ def event(t_ms: int, type_: str, **data: Any) -> Event:
 
 
 EVENTS = [
-    event(1_000, "run.created", api="openai-responses", model="travel-demo",
-          status="awaiting_model"),
+    event(
+        1_000, "run.created", api="openai-responses", model="travel-demo", status="awaiting_model"
+    ),
     event(1_250, "model.response", turn=1, response_id="resp_1", outcome="tool_requests"),
-    event(1_300, "call.transition", call_id="t1.0", tool="get_train_status",
-          **{"from": ["requested"], "to": "allowed"}),
-    event(2_500, "run.transition", turn=1, reason="done", **{"from": ["awaiting_model"],
-                                                          "to": "completed"}),
+    event(
+        1_300,
+        "call.transition",
+        call_id="t1.0",
+        tool="get_train_status",
+        **{"from": ["requested"], "to": "allowed"},
+    ),
+    event(
+        2_500,
+        "run.transition",
+        turn=1,
+        reason="done",
+        **{"from": ["awaiting_model"], "to": "completed"},
+    ),
 ]
 
 
@@ -44,8 +55,16 @@ def test_render_is_an_aligned_table_with_a_header() -> None:
 
 
 def test_secrets_in_event_data_are_never_rendered() -> None:
-    leaked = [event(0, "call.transition", call_id="t1.0", api_key="sk-live-abcdefghijklmnop",
-                    note="Bearer abc.def.ghi", headers={"Authorization": "Basic xyz"})]
+    leaked = [
+        event(
+            0,
+            "call.transition",
+            call_id="t1.0",
+            api_key="sk-live-abcdefghijklmnop",
+            note="Bearer abc.def.ghi",
+            headers={"Authorization": "Basic xyz"},
+        )
+    ]
     text = render(leaked)
     for secret in ("sk-live-abcdefghijklmnop", "abc.def.ghi", "Basic xyz"):
         assert secret not in text
@@ -67,8 +86,7 @@ def test_empty_log_and_partial_transitions() -> None:
 
 
 def test_clock_rows_start_with_wall_clock_time_and_full_cuts_nothing() -> None:
-    [row] = rows([event(1_700_000_000_250, "model.retry", reason="x" * 500)], clock=True,
-                 full=True)
+    [row] = rows([event(1_700_000_000_250, "model.retry", reason="x" * 500)], clock=True, full=True)
     assert row[0] == "2023-11-14T22:13:20.250Z" and row[1] == "+0.000s"
     assert row[7] == "reason=" + "x" * 500
     assert render(EVENTS, clock=True).splitlines()[0].split() == ["utc", *COLUMNS]

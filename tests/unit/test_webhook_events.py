@@ -30,8 +30,13 @@ def test_other_run_transitions_are_not_events() -> None:
 
 
 def test_an_approval_request_carries_its_redacted_details() -> None:
-    data = {"approval_id": "a1", "call_id": "c1", "tool": "reserve_seat",
-            "arguments": {"event_id": "ws-1"}, "approver_role": "events-lead"}
+    data = {
+        "approval_id": "a1",
+        "call_id": "c1",
+        "tool": "reserve_seat",
+        "arguments": {"event_id": "ws-1"},
+        "approver_role": "events-lead",
+    }
     found = webhook_event("r1", ev("approval.requested", **data), TOOLS)
     assert found is not None and found.type == "approval.requested" and found.data == data
 
@@ -63,9 +68,12 @@ def test_tally_counts_calls_by_tool_and_outcome_and_reconciliations() -> None:
     ):
         tally.add(entry, TOOLS, {})
     assert tally.counts == {
-        "calls|reserve_seat|unknown": 1, "calls|reserve_seat|succeeded": 1,
-        "calls|unknown|rejected": 1, "reconciled|reconciler|applied": 1,
-        "reconciled|person|not_applied": 1, "finished|completed": 1,
+        "calls|reserve_seat|unknown": 1,
+        "calls|reserve_seat|succeeded": 1,
+        "calls|unknown|rejected": 1,
+        "reconciled|reconciler|applied": 1,
+        "reconciled|person|not_applied": 1,
+        "finished|completed": 1,
     }
 
 

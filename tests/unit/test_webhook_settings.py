@@ -28,17 +28,22 @@ def test_a_secret_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     assert endpoint.key() == b"e" * 20
 
 
-@pytest.mark.parametrize(("items", "said"), [
-    ([{**GOOD, "secret": "short"}], "ops: the secret (secret) needs at least 16 bytes"),
-    ([{"name": "ops", "url": "http://h/x", "secret_env": "NOT_SET_ANYWHERE_42"}],
-     "secret (NOT_SET_ANYWHERE_42) needs at least 16 bytes"),
-    ([{**GOOD, "events": ["run.started"]}], "events"),
-    ([{**GOOD, "events": []}], "at least one event"),
-    ([{**GOOD, "url": "file:///etc/passwd"}], "url"),
-    ([{**GOOD, "colour": "red"}], "colour"),
-    ([GOOD, GOOD], "names must be unique"),
-    ({"name": "ops"}, "must hold a JSON list"),
-])
+@pytest.mark.parametrize(
+    ("items", "said"),
+    [
+        ([{**GOOD, "secret": "short"}], "ops: the secret (secret) needs at least 16 bytes"),
+        (
+            [{"name": "ops", "url": "http://h/x", "secret_env": "NOT_SET_ANYWHERE_42"}],
+            "secret (NOT_SET_ANYWHERE_42) needs at least 16 bytes",
+        ),
+        ([{**GOOD, "events": ["run.started"]}], "events"),
+        ([{**GOOD, "events": []}], "at least one event"),
+        ([{**GOOD, "url": "file:///etc/passwd"}], "url"),
+        ([{**GOOD, "colour": "red"}], "colour"),
+        ([GOOD, GOOD], "names must be unique"),
+        ({"name": "ops"}, "must hold a JSON list"),
+    ],
+)
 def test_a_bad_list_is_refused_with_the_reason(items: object, said: str) -> None:
     with pytest.raises(WebhookConfigError) as refused:
         load(items)

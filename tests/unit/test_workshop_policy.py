@@ -5,12 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from callgate.standins.demo.workshop import (
-    APPROVER_ROLE,
-    TOOLS,
-    ParticipantArgs,
-    reserve_seat,
-)
+from callgate.standins.demo.workshop import APPROVER_ROLE, TOOLS, ParticipantArgs, reserve_seat
 from callgate.tools.contract import Effect, Identity
 from callgate.tools.policy import Decision, Limits, decide
 from callgate.tools.registry import load_registry

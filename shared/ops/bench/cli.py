@@ -44,8 +44,18 @@ from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
 
-SCENARIOS = ("latency", "throughput", *VARIANTS, "instructions", "executors", "scale-out",
-             "recovery", "memory", "mcp", "http")
+SCENARIOS = (
+    "latency",
+    "throughput",
+    *VARIANTS,
+    "instructions",
+    "executors",
+    "scale-out",
+    "recovery",
+    "memory",
+    "mcp",
+    "http",
+)
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -103,24 +113,27 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             env = {**base_env(), "REDIS_URL": redis_url, "CALLGATE_KEY_PREFIX": prefix}
             floor = await FloorRelay(supervisor, env, redis, Keys(prefix)).start()
         if floor is not None and "latency" in chosen:
-            raw = await latency.measure(
-                redis_url, opts.api, opts.latency_scenario, floor, progress
-            )
+            raw = await latency.measure(redis_url, opts.api, opts.latency_scenario, floor, progress)
             summary["latency"] = report.latency_summary(raw)
         if chosen & {"throughput", "memory"}:
             summary.update(await _throughput_memory(opts, redis_url, floor, chosen))
         for variant in VARIANTS:
             if variant in chosen:
-                summary[variant] = await variants.measure(variant, redis_url, opts.api,
-                                                          opts.runs, progress)
+                summary[variant] = await variants.measure(
+                    variant, redis_url, opts.api, opts.runs, progress
+                )
         await asyncio.to_thread(supervisor.stop_all)
         if "instructions" in chosen:
             runs = min(opts.runs, INSTRUCTION_RUNS)
             summary["instructions"] = await instructions.measure(opts.api, runs, progress)
         if chosen & {"executors", "recovery"}:
-            raw = await executors.measure(redis_url, opts.exec_calls,
-                                          opts.recovery_reps if "recovery" in chosen else 0,
-                                          "executors" in chosen, progress)
+            raw = await executors.measure(
+                redis_url,
+                opts.exec_calls,
+                opts.recovery_reps if "recovery" in chosen else 0,
+                "executors" in chosen,
+                progress,
+            )
             if "executors" in chosen:
                 summary["executors"] = report.executors_summary(raw["one"], raw["two"])
             if "recovery" in chosen:
@@ -130,8 +143,7 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
         if "mcp" in chosen:
             summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
         if "http" in chosen:
-            summary["http"] = await http_api.measure(redis_url, opts.api, opts.runs,
-                                                     progress)
+            summary["http"] = await http_api.measure(redis_url, opts.api, opts.runs, progress)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
         await delete_prefix(redis, prefix)
@@ -139,19 +151,22 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
     return summary
 
 
-async def _throughput_memory(opts: Options, redis_url: str, floor: FloorRelay | None,
-                             chosen: set[str]) -> dict[str, Any]:
+async def _throughput_memory(
+    opts: Options, redis_url: str, floor: FloorRelay | None, chosen: set[str]
+) -> dict[str, Any]:
     """One in-process deployment (with the memory scenario's retention) for both."""
     out: dict[str, Any] = {}
     env = {"CALLGATE_RETENTION_S": str(opts.retention_s)}
     async with Deployment(redis_url, env=env, progress=progress_to_stderr) as deployment:
         if floor is not None and "throughput" in chosen:
-            raw = await throughput.measure(deployment, opts.api, opts.runs, floor,
-                                           progress_to_stderr)
+            raw = await throughput.measure(
+                deployment, opts.api, opts.runs, floor, progress_to_stderr
+            )
             out["throughput"] = report.throughput_summary(raw)
         if "memory" in chosen:
-            out["memory"] = await memory.measure(deployment, opts.api, opts.runs, opts.rss_runs,
-                                                 opts.retention_s, progress_to_stderr)
+            out["memory"] = await memory.measure(
+                deployment, opts.api, opts.runs, opts.rss_runs, opts.retention_s, progress_to_stderr
+            )
     return out
 
 
@@ -216,8 +231,10 @@ async def run(args: argparse.Namespace) -> int:
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         steal = "" if stolen is None else f", {stolen:.0%} of CPU time stolen by the hypervisor"
-        print(f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}, "
-              f"10M Python additions in {loop_s:.2f} s{steal}")
+        print(
+            f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}, "
+            f"10M Python additions in {loop_s:.2f} s{steal}"
+        )
         print(report.table(summary, met))
         details = report.breakdowns(summary)
         if details:
@@ -238,29 +255,58 @@ def _positive(text: str) -> int:
 class _Given(argparse.Action):
     """Store the value and note that it was given (so --smoke does not override it)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         setattr(namespace, f"{self.dest}_given", True)
 
 
 def add_command(subparsers: Any) -> None:
     bench = subparsers.add_parser("bench", help="measure the runtime beside a raw Redis relay")
-    bench.add_argument("--scenario", action="append", choices=SCENARIOS,
-                       help="repeatable; default: all")
-    bench.add_argument("--runs", type=_positive, default=200, action=_Given,
-                       help="concurrent runs (throughput, memory)")
-    bench.add_argument("--rss-runs", type=_positive, default=10_000, action=_Given,
-                       help="runs between the two RSS readings")
-    bench.add_argument("--exec-calls", type=_positive, default=4000, action=_Given,
-                       help="50 ms calls per executor measurement")
+    bench.add_argument(
+        "--scenario", action="append", choices=SCENARIOS, help="repeatable; default: all"
+    )
+    bench.add_argument(
+        "--runs",
+        type=_positive,
+        default=200,
+        action=_Given,
+        help="concurrent runs (throughput, memory)",
+    )
+    bench.add_argument(
+        "--rss-runs",
+        type=_positive,
+        default=10_000,
+        action=_Given,
+        help="runs between the two RSS readings",
+    )
+    bench.add_argument(
+        "--exec-calls",
+        type=_positive,
+        default=4000,
+        action=_Given,
+        help="50 ms calls per executor measurement",
+    )
     bench.add_argument("--recovery-reps", type=_positive, default=5, action=_Given)
-    bench.add_argument("--retention-s", type=_positive, default=10, action=_Given,
-                       help="the memory deployment's CALLGATE_RETENTION_S")
+    bench.add_argument(
+        "--retention-s",
+        type=_positive,
+        default=10,
+        action=_Given,
+        help="the memory deployment's CALLGATE_RETENTION_S",
+    )
     bench.add_argument("--api", choices=APIS, default="openai-responses")
     bench.add_argument("--redis-url", help="default: REDIS_URL if it answers, else a private one")
-    bench.add_argument("--private-redis", action="store_true",
-                       help="always start a private redis-server for the benchmark")
+    bench.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="always start a private redis-server for the benchmark",
+    )
     bench.add_argument("--smoke", action="store_true", help="tiny sizes: checks it all runs")
     bench.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
     bench.add_argument("--json", action="store_true", help="print the data as JSON")

@@ -36,8 +36,9 @@ OTHER_SCRIPT = "(other scripts)"
 async def commands_so_far(redis: aioredis.Redis) -> Counter[str]:
     """Calls of every command since Redis started (or ``CONFIG RESETSTAT``), by name."""
     stats = await redis.info("commandstats")
-    return Counter({name.removeprefix("cmdstat_"): int(row["calls"])
-                    for name, row in stats.items()})
+    return Counter(
+        {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+    )
 
 
 def per_call(before: Counter[str], after: Counter[str], calls: int) -> dict[str, float]:
@@ -115,7 +116,12 @@ async def watched(redis: aioredis.Redis, work: Callable[[], Awaitable[Any]]) -> 
 
 
 async def step_costs(
-    redis_url: str, api: str, scenario: str, warm_up: str, runs: int, calls_per_run: int,
+    redis_url: str,
+    api: str,
+    scenario: str,
+    warm_up: str,
+    runs: int,
+    calls_per_run: int,
     progress: Progress,
 ) -> dict[str, Any]:
     """Watch ``runs`` runs of ``scenario``, after one ``warm_up`` run, on a deployment of their

@@ -46,17 +46,33 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
     txs: list[Tx] = []
     for start in range(0, count, CALLS_PER_RUN):
         run_id = f"run-{new_id()}"
-        run = RunRecord(run_id=run_id, status=RunState.EXECUTING, api="openai-responses",
-                        model="bench", input="bench", turn=1, identity={"user": "bench"},
-                        allowed_tools=[tool])
+        run = RunRecord(
+            run_id=run_id,
+            status=RunState.EXECUTING,
+            api="openai-responses",
+            model="bench",
+            input="bench",
+            turn=1,
+            identity={"user": "bench"},
+            allowed_tools=[tool],
+        )
         # Seeded straight into the ledger: this scenario measures executors alone.
         tx = Tx("bench_seed").hset(ledger.keys.run(run_id), run.to_hash())
         for index in range(min(CALLS_PER_RUN, count - start)):
-            call = CallRecord(run_id=run_id, call_id=f"t1.{index}", turn=1, index=index,
-                              provider_call_id=f"call_{new_id()}", tool=tool, tool_version="1",
-                              arguments={"key": f"k{index}"}, raw_arguments='{"key": "k"}',
-                              effect=Effect.READ, state=CallState.ALLOWED,
-                              decision="allowed")
+            call = CallRecord(
+                run_id=run_id,
+                call_id=f"t1.{index}",
+                turn=1,
+                index=index,
+                provider_call_id=f"call_{new_id()}",
+                tool=tool,
+                tool_version="1",
+                arguments={"key": f"k{index}"},
+                raw_arguments='{"key": "k"}',
+                effect=Effect.READ,
+                state=CallState.ALLOWED,
+                decision="allowed",
+            )
             ledger.create_call(tx, call)
             calls.append((run_id, call.call_id))
         txs.append(tx)
@@ -73,8 +89,9 @@ async def send(deployment: Deployment, calls: list[Call]) -> float:
     pipe = deployment.redis.pipeline(transaction=False)
     for run_id, call_id in calls:
         index = call_id.rsplit(".", 1)[1]
-        call = ExecCallFacts(tool="bench_sleep", tool_version="1", effect=Effect.READ,
-                             arguments={"key": f"k{index}"})
+        call = ExecCallFacts(
+            tool="bench_sleep", tool_version="1", effect=Effect.READ, arguments={"key": f"k{index}"}
+        )
         facts = ExecFacts(run=ExecRunFacts(identity={"user": "bench"}), call=call)
         message = ExecRequest(run_id=run_id, turn=1, call_id=call_id, facts=facts)
         pipe.xadd(deployment.keys.run_stream("exec", run_id), {"d": encode(message)})
@@ -97,11 +114,11 @@ async def results_done(deployment: Deployment, count: int, in_flight: list[int])
             for name in execs:
                 pipe.xpending(name, GROUP)
             replies = await pipe.execute()
-        in_flight.append(sum(int(p["pending"]) for p in replies[len(results):]))
+        in_flight.append(sum(int(p["pending"]) for p in replies[len(results) :]))
         if sum(replies[: len(results)]) >= count:
             break
         if time.monotonic() > deadline:
-            raise TimeoutError(f"executors: {sum(replies[:len(results)])} of {count} results")
+            raise TimeoutError(f"executors: {sum(replies[: len(results)])} of {count} results")
         await asyncio.sleep(SAMPLE_S)
     last = [await redis.xrevrange(name, count=1) for name in results]
     return max(int(entries[0][0].split(b"-")[0]) for entries in last if entries) / 1000
@@ -122,8 +139,9 @@ async def batch(deployment: Deployment, calls: int) -> dict[str, Any]:
     }
 
 
-async def measure(redis_url: str, calls: int, recovery_reps: int, scaling: bool,
-                  progress: Progress) -> dict[str, Any]:
+async def measure(
+    redis_url: str, calls: int, recovery_reps: int, scaling: bool, progress: Progress
+) -> dict[str, Any]:
     """One executor, then two (the second started beside the first), then recoveries."""
     out: dict[str, Any] = {}
     replicas = {**NO_WORKERS, "executor": 1}

@@ -29,14 +29,7 @@ import redis.asyncio as aioredis
 
 from callgate import eventloop
 from callgate.config import Settings
-from callgate.envelopes import (
-    CallResult,
-    ExecRequest,
-    TurnRequest,
-    ValidateRequest,
-    encode,
-    new_id,
-)
+from callgate.envelopes import CallResult, ExecRequest, TurnRequest, ValidateRequest, encode, new_id
 from callgate.facts import (
     DecideFacts,
     DecideRunFacts,
@@ -84,10 +77,20 @@ def payloads() -> dict[str, bytes]:
                 turn=12,
                 call_ids=("t12.0",),
                 facts=DecideFacts(
-                    run=DecideRunFacts(identity={"user": "bench"}, allowed_tools=["bench_read"],
-                                       batch_policy="hold_effects", approval_ttl_s=None),
-                    calls=(ProposedCall(call_id="t12.0", index=0, tool="bench_read",
-                                        raw_arguments='{"key":"k12"}'),),
+                    run=DecideRunFacts(
+                        identity={"user": "bench"},
+                        allowed_tools=["bench_read"],
+                        batch_policy="hold_effects",
+                        approval_ttl_s=None,
+                    ),
+                    calls=(
+                        ProposedCall(
+                            call_id="t12.0",
+                            index=0,
+                            tool="bench_read",
+                            raw_arguments='{"key":"k12"}',
+                        ),
+                    ),
                 ),
             )
         ),
@@ -98,8 +101,12 @@ def payloads() -> dict[str, bytes]:
                 call_id="t12.0",
                 facts=ExecFacts(
                     run=ExecRunFacts(identity={"user": "bench"}),
-                    call=ExecCallFacts(tool="bench_read", tool_version="1", effect=Effect.READ,
-                                       arguments={"key": "k12"}),
+                    call=ExecCallFacts(
+                        tool="bench_read",
+                        tool_version="1",
+                        effect=Effect.READ,
+                        arguments={"key": "k12"},
+                    ),
                 ),
             )
         ),
@@ -166,8 +173,22 @@ class Relay:
         else:
             nxt, join, turn, data = "turns", fanout, turn + 1, self.payloads["turns"]
         state = self.keys.bench(f"floor:tok:{token}")
-        args: list[Any] = ["turn", turn, join, copies, "d", data, "r", token, "t", turn, "n", turns,
-                "f", fanout]
+        args: list[Any] = [
+            "turn",
+            turn,
+            join,
+            copies,
+            "d",
+            data,
+            "r",
+            token,
+            "t",
+            turn,
+            "n",
+            turns,
+            "f",
+            fanout,
+        ]
         await self.script(keys=[state, stream(self.keys, nxt)], args=args, client=pipe)
 
     def _arrived(self, token: str, now_ns: int) -> None:
@@ -218,8 +239,9 @@ if __name__ == "__main__":
 class FloorRelay:
     """The three stand-ins as real processes, and the two floor measurements."""
 
-    def __init__(self, supervisor: Supervisor, env: dict[str, str], redis: aioredis.Redis,
-                 keys: Keys) -> None:
+    def __init__(
+        self, supervisor: Supervisor, env: dict[str, str], redis: aioredis.Redis, keys: Keys
+    ) -> None:
         self.supervisor = supervisor
         self.env = env
         self.redis = redis
@@ -228,8 +250,15 @@ class FloorRelay:
     async def start(self, count: int = 64) -> FloorRelay:
         await create_groups(self.redis, self.keys)
         for role in ROLES:
-            argv = [sys.executable, "-m", "callgate.ops.bench.floor", "--role", role,
-                    "--count", str(count)]
+            argv = [
+                sys.executable,
+                "-m",
+                "callgate.ops.bench.floor",
+                "--role",
+                role,
+                "--count",
+                str(count),
+            ]
             self.supervisor.start(f"floor-{role}", argv, self.env, restart=False)
         for role in ROLES:
             await asyncio.to_thread(
@@ -270,8 +299,9 @@ class FloorRelay:
         [payload] = await self._finished(after, 1, timeout_s)
         return [ns / 1e6 for ns in orjson.loads(payload)]
 
-    async def throughput(self, tokens: int, turns: int, fanout: int,
-                         timeout_s: float = 120.0) -> tuple[int, float]:
+    async def throughput(
+        self, tokens: int, turns: int, fanout: int, timeout_s: float = 120.0
+    ) -> tuple[int, float]:
         """(calls relayed, seconds) for ``tokens`` concurrent tokens, batched reads."""
         started = time.monotonic()
         after = await self._send([new_id() for _ in range(tokens)], turns, fanout)

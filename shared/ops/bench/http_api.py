@@ -33,8 +33,9 @@ FOLLOWED = "bench-latency"
 TIMEOUT_S = 300.0
 
 
-async def submit_rates(deployment: Deployment, url: str, token: str, api: str,
-                       runs: int) -> tuple[float, float]:
+async def submit_rates(
+    deployment: Deployment, url: str, token: str, api: str, runs: int
+) -> tuple[float, float]:
     """(runs/s through arq, runs/s through ``POST /runs``), each batch waited for."""
     spec = run_spec(api, SUBMITTED)
     started = time.perf_counter()
@@ -104,7 +105,12 @@ async def measure(redis_url: str, api: str, runs: int, progress: Progress) -> di
         arq_rate, api_rate = await submit_rates(deployment, url, token, api, runs)
         progress(f"http: SSE latency over one {FOLLOWED} run")
         samples = await sse_latency_ms(url, token, api, FOLLOWED)
-    return {"arq_runs_per_s": arq_rate, "api_runs_per_s": api_rate,
-            "api_vs_arq": api_rate / arq_rate if arq_rate else float("nan"),
-            "sse_events": len(samples), "sse_p50_ms": percentile(samples, 50),
-            "sse_p99_ms": percentile(samples, 99), "sse_samples_ms": samples}
+    return {
+        "arq_runs_per_s": arq_rate,
+        "api_runs_per_s": api_rate,
+        "api_vs_arq": api_rate / arq_rate if arq_rate else float("nan"),
+        "sse_events": len(samples),
+        "sse_p50_ms": percentile(samples, 50),
+        "sse_p99_ms": percentile(samples, 99),
+        "sse_samples_ms": samples,
+    }

@@ -38,6 +38,7 @@ _START_TIMEOUT_S = 120
 _LINE_LIMIT = 64 * 2**20
 """A MONITOR line is one script call: up to `MAX_GROUP_STEPS` steps with all their values."""
 
+
 async def measure(api: str, runs: int, progress: Progress) -> dict[str, Any]:
     """Redis instructions per ledger step and per tool call, for ``runs`` throughput runs."""
     if shutil.which("valgrind") is None:
@@ -66,8 +67,7 @@ async def _capture(api: str, runs: int, progress: Progress) -> tuple[list[list[b
     """The apply EVALSHAs of ``runs`` runs on a private Redis, in order, and the tool calls."""
     server = await asyncio.to_thread(EmbeddedRedis().start)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port,
-                                                       limit=_LINE_LIMIT)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, limit=_LINE_LIMIT)
         writer.write(b"MONITOR\r\n")
         await writer.drain()
         lines: list[bytes] = []

@@ -48,8 +48,7 @@ async def in_process_ms(
     entries = await deployment.redis.xrange(log, min=f"({after}")
     events = await deployment.client.events(run.run_id)
     round_trips = [
-        (int(fields[b"arrived_ns"]) - int(fields[b"answered_ns"])) / 1e6
-        for _, fields in entries
+        (int(fields[b"arrived_ns"]) - int(fields[b"answered_ns"])) / 1e6 for _, fields in entries
     ]
     return round_trips, [(e.id, e.type, str(e.data.get("to", ""))) for e in events]
 

@@ -77,8 +77,9 @@ def _run_of(key: str) -> str | None:
     return parts[3] if len(parts) >= 4 and parts[3].startswith("run-") else None
 
 
-async def measure(deployment: Deployment, api: str, runs: int, rss_runs: int,
-                  retention_s: int, progress: Progress) -> dict[str, Any]:
+async def measure(
+    deployment: Deployment, api: str, runs: int, rss_runs: int, retention_s: int, progress: Progress
+) -> dict[str, Any]:
     """``deployment`` must run with ``CALLGATE_RETENTION_S=retention_s``."""
     spec = run_spec(api, f"bench-{SCENARIO}")
     await deployment.run_batch(spec, runs, TIMEOUT_S)  # warm-up: groups, caches
@@ -117,8 +118,9 @@ async def _after_retention(deployment: Deployment, batch: set[str], retention_s:
     return last
 
 
-async def _rss(deployment: Deployment, spec: dict[str, Any], runs: int, rss_runs: int,
-               progress: Progress) -> dict[str, Any]:
+async def _rss(
+    deployment: Deployment, spec: dict[str, Any], runs: int, rss_runs: int, progress: Progress
+) -> dict[str, Any]:
     """Every worker's RSS before and after ``rss_runs`` more runs, ``runs`` at a time."""
     before = deployment.worker_rss()
     done = 0

@@ -89,8 +89,12 @@ def step_breakdown(events: Sequence[tuple[str, str, str]]) -> dict[str, float]:
     with the Redis clock in ms at the commit, so each mean is good to well under a ms over
     50 turns.  Where a round trip's time goes, step by step (the last one holds the model).
     """
-    marks = [(int(i.split("-")[0]), n) for i, kind, to in events
-             for n, (_, k, state) in enumerate(STEPS) if kind == k and to == state]
+    marks = [
+        (int(i.split("-")[0]), n)
+        for i, kind, to in events
+        for n, (_, k, state) in enumerate(STEPS)
+        if kind == k and to == state
+    ]
     gaps: dict[int, list[int]] = {n: [] for n in range(len(STEPS))}
     for (before, step), (after, nxt) in itertools.pairwise(marks):
         if nxt == (step + 1) % len(STEPS):

@@ -59,8 +59,10 @@ async def _point(deployment: Deployment, calls: int) -> dict[str, float]:
 def summary(curve: dict[str, dict[str, float]]) -> dict[str, Any]:
     """The curve, each doubling's gain, and the first count whose doubling gains < `BEND`."""
     rate = {c: curve[str(c)]["calls_per_s"] for c in COUNTS}
-    gains = {f"{b}_vs_{a}": (rate[b] / rate[a] if rate[a] else 0.0)
-             for a, b in itertools.pairwise(COUNTS)}
+    gains = {
+        f"{b}_vs_{a}": (rate[b] / rate[a] if rate[a] else 0.0)
+        for a, b in itertools.pairwise(COUNTS)
+    }
     bend = next((COUNTS[i] for i, g in enumerate(gains.values()) if g < BEND), None)
     return {
         "curve": curve,

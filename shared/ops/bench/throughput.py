@@ -31,11 +31,15 @@ async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any
     after one warm-up run."""
     assert deployment.redis is not None
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
-    before, commands_before = await cpu_seconds(deployment), await cost.commands_so_far(
-        deployment.redis)
+    before, commands_before = (
+        await cpu_seconds(deployment),
+        await cost.commands_so_far(deployment.redis),
+    )
     records, started = await deployment.run_batch(run_spec(api, SCENARIO), runs, TIMEOUT_S)
-    after, commands_after = await cpu_seconds(deployment), await cost.commands_so_far(
-        deployment.redis)
+    after, commands_after = (
+        await cpu_seconds(deployment),
+        await cost.commands_so_far(deployment.redis),
+    )
     finished = max(r.updated_ms for r in records) / 1000
     calls = runs * TURNS * CALLS_PER_TURN
     cpu = {name: (after[name] - before[name]) * 1000 / calls for name in before if name in after}
@@ -62,8 +66,15 @@ async def measure(
     floor_rates.append(_rate(*await floor.throughput(runs, TURNS, CALLS_PER_TURN)))
     watched = min(WATCHED_RUNS, runs)
     progress(f"throughput: Redis commands by step ({watched} runs under MONITOR)")
-    by_step = await cost.step_costs(deployment.system.settings.redis_url, api, SCENARIO,
-                                    WARM_UP, watched, TURNS * CALLS_PER_TURN, progress)
+    by_step = await cost.step_costs(
+        deployment.system.settings.redis_url,
+        api,
+        SCENARIO,
+        WARM_UP,
+        watched,
+        TURNS * CALLS_PER_TURN,
+        progress,
+    )
     return {**measured, "floor_calls_per_s": max(floor_rates), "redis_by_step": by_step}
 
 

@@ -29,8 +29,13 @@ from callgate.ops.bench.harness import Deployment
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import Progress
 
-VARIANTS = ("throughput-redis-py", "throughput-aof", "throughput-tracing",
-            "throughput-webhook-up", "throughput-webhook-down")
+VARIANTS = (
+    "throughput-redis-py",
+    "throughput-aof",
+    "throughput-tracing",
+    "throughput-webhook-up",
+    "throughput-webhook-down",
+)
 
 
 async def measure(
@@ -46,9 +51,12 @@ async def measure(
         return await _webhooks(redis_url, api, runs, progress, variant)
     everysec = await _durable("everysec", api, runs, progress, variant)
     always = await _durable("always", api, runs, progress, variant)
-    return {**always, "everysec_calls_per_s": everysec["calls_per_s"],
-            "everysec_cpu_ms_per_call": everysec["cpu_ms_per_call"],
-            "always_vs_everysec": always["calls_per_s"] / everysec["calls_per_s"]}
+    return {
+        **always,
+        "everysec_calls_per_s": everysec["calls_per_s"],
+        "everysec_cpu_ms_per_call": everysec["cpu_ms_per_call"],
+        "always_vs_everysec": always["calls_per_s"] / everysec["calls_per_s"],
+    }
 
 
 async def _durable(
@@ -64,12 +72,18 @@ async def _durable(
 
 
 async def _pipeline(
-    redis_url: str, env: dict[str, str], api: str, runs: int, progress: Progress, name: str,
+    redis_url: str,
+    env: dict[str, str],
+    api: str,
+    runs: int,
+    progress: Progress,
+    name: str,
     replicas: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     async with Deployment(redis_url, env=env, replicas=replicas, progress=progress) as deployment:
-        progress(f"{name}: {runs} runs x {throughput.TURNS} turns x "
-                 f"{throughput.CALLS_PER_TURN} calls")
+        progress(
+            f"{name}: {runs} runs x {throughput.TURNS} turns x {throughput.CALLS_PER_TURN} calls"
+        )
         measured = await throughput.pipeline(deployment, api, runs)
     wanted = ("calls", "seconds", "calls_per_s", "cpu_ms_per_call", "redis_commands_per_call")
     return {name: measured[name] for name in wanted}
@@ -93,8 +107,11 @@ async def _webhooks(
     port = free_port()
     if name.endswith("-up"):
         await web.TCPSite(runner, "127.0.0.1", port).start()
-    endpoint = {"name": "bench", "url": f"http://127.0.0.1:{port}/hook",
-                "secret": "bench-" + "s" * 32}
+    endpoint = {
+        "name": "bench",
+        "url": f"http://127.0.0.1:{port}/hook",
+        "secret": "bench-" + "s" * 32,
+    }
     env = {"CALLGATE_WEBHOOK_ENDPOINTS": json.dumps([endpoint])}
     try:
         figures = await _pipeline(redis_url, env, api, runs, progress, name, {"webhooks": 1})
@@ -121,8 +138,11 @@ async def _traced(
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    env = {"CALLGATE_TRACING": "1", "OTEL_TRACES_SAMPLER": "always_on",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+    env = {
+        "CALLGATE_TRACING": "1",
+        "OTEL_TRACES_SAMPLER": "always_on",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+    }
     try:
         figures = await _pipeline(redis_url, env, api, runs, progress, name)
     finally:

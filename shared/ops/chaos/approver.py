@@ -41,8 +41,7 @@ class Approver:
     """Polls until `stop`; ``plan`` maps run id → its decision (absent: approve)."""
 
     def __init__(
-        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision],
-        signer: Signer,
+        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision], signer: Signer
     ) -> None:
         self.redis = redis
         self.ledger = ledger

@@ -48,15 +48,34 @@ def add_command(sub: Any) -> None:
     cmd.add_argument("--runs", type=int, default=defaults.runs)
     cmd.add_argument("--seed", type=int, default=defaults.seed)
     cmd.add_argument("--json", action="store_true", help="print the figures as JSON")
-    cmd.add_argument("--crash-points", action="store_true",
-                     help="walk every crash point of every worker for every effect kind")
+    cmd.add_argument(
+        "--crash-points",
+        action="store_true",
+        help="walk every crash point of every worker for every effect kind",
+    )
     cmd.add_argument("--rate", type=float, default=defaults.rate, help="runs submitted per s")
-    cmd.add_argument("--kill-every", type=float, default=defaults.kill_every_s,
-                     help="mean seconds between SIGKILLs")
-    cmd.add_argument("--replicas", type=int, default=defaults.replicas,
-                     help="replicas of model_turn, validator and executor")
-    cmd.add_argument("--booking-drop", type=float, default=defaults.booking_drop,
-                     help="share of reservations whose answer is lost after the commit")
-    cmd.add_argument("--timeout", type=float, default=defaults.settle_timeout_s,
-                     help="seconds every run may take to settle after the faults")
+    cmd.add_argument(
+        "--kill-every",
+        type=float,
+        default=defaults.kill_every_s,
+        help="mean seconds between SIGKILLs",
+    )
+    cmd.add_argument(
+        "--replicas",
+        type=int,
+        default=defaults.replicas,
+        help="replicas of model_turn, validator and executor",
+    )
+    cmd.add_argument(
+        "--booking-drop",
+        type=float,
+        default=defaults.booking_drop,
+        help="share of reservations whose answer is lost after the commit",
+    )
+    cmd.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.settle_timeout_s,
+        help="seconds every run may take to settle after the faults",
+    )
     cmd.set_defaults(handler=cmd_chaos)

@@ -202,14 +202,19 @@ async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:
 
 
 async def collect(
-    ledger: Ledger, plans: Sequence[PlannedRun], booking_url: str | None, model_url: str,
+    ledger: Ledger,
+    plans: Sequence[PlannedRun],
+    booking_url: str | None,
+    model_url: str,
     sent: Mapping[str, Sequence[SentReply]] | None = None,
 ) -> Facts:
     log: list[dict[str, Any]] = await http_json("GET", f"{model_url}/_log")
     conversations = latest_conversations(log)
     sent = sent or {}
-    runs = [await run_facts(ledger, p, conversations.get(p.run_id), sent.get(p.run_id, ()))
-            for p in plans]
+    runs = [
+        await run_facts(ledger, p, conversations.get(p.run_id), sent.get(p.run_id, ()))
+        for p in plans
+    ]
     reserve: dict[str, Any] = {}
     if booking_url is not None:
         reserve = (await http_json("GET", f"{booking_url}/_stats"))["reserve"]
@@ -221,4 +226,3 @@ async def collect(
         model_requests=len(log),
         model_drops=sum(1 for e in log if e.get("dropped")),
     )
-

@@ -212,14 +212,18 @@ def cancel_mismatches(facts: Facts) -> list[str]:
         if status != RunState.CANCELLED:
             found.append(f"{r.plan.run_id}: {status} after a cancel")
         if r.turns_received > max(turn - 1, 0):
-            found.append(f"{r.plan.run_id}: the model was asked turn {r.turns_received + 1} "
-                         f"after a cancel at turn {turn}")
+            found.append(
+                f"{r.plan.run_id}: the model was asked turn {r.turns_received + 1} "
+                f"after a cancel at turn {turn}"
+            )
         calls = {c.call_id: c for c in r.calls}
         for call_id in r.people.in_flight_at_cancel:
             call = calls.get(call_id)
             state = "gone" if call is None else call.state.value
-            if call is None or call.state not in CALL_TERMINAL - {CallState.CANCELLED} or (
-                _is_write(call) and wrong_outcome(facts, call)
+            if (
+                call is None
+                or call.state not in CALL_TERMINAL - {CallState.CANCELLED}
+                or (_is_write(call) and wrong_outcome(facts, call))
             ):
                 found.append(f"{r.plan.run_id}/{call_id}: in flight at the cancel, now {state}")
     return found
@@ -235,15 +239,21 @@ def resolve_mismatches(facts: Facts) -> list[str]:
         for call_id, outcomes in r.people.resolutions.items():
             call = calls.get(call_id)
             expected = RESOLVED_AS.get(outcomes[-1])
-            if call is None or (expected is not None and call.state != expected) or (
-                call.state not in RESOLVED_AS.values() or wrong_outcome(facts, call)
+            if (
+                call is None
+                or (expected is not None and call.state != expected)
+                or (call.state not in RESOLVED_AS.values() or wrong_outcome(facts, call))
             ):
                 state = "gone" if call is None else call.state.value
-                found.append(f"{r.plan.run_id}/{call_id}: resolved {'/'.join(outcomes)}, "
-                             f"now {state}")
+                found.append(
+                    f"{r.plan.run_id}/{call_id}: resolved {'/'.join(outcomes)}, now {state}"
+                )
         if r.plan.resolve != "no":
-            found += [f"{r.plan.run_id}/{c.call_id}: left unresolved" for c in r.calls
-                      if c.state == CallState.UNRESOLVED]
+            found += [
+                f"{r.plan.run_id}/{c.call_id}: left unresolved"
+                for c in r.calls
+                if c.state == CallState.UNRESOLVED
+            ]
     return found
 
 
@@ -256,8 +266,10 @@ def replies_not_applied_once(facts: Facts) -> list[str]:
         for reply in r.sent:
             times = len(applied.get(reply.reply_id, ()))
             if times != (1 if reply.verdict == "admitted" else 0):
-                found.append(f"{r.plan.run_id}/{reply.reply_id} ({reply.policy}): "
-                             f"{reply.verdict}, applied {times} times")
+                found.append(
+                    f"{r.plan.run_id}/{reply.reply_id} ({reply.policy}): "
+                    f"{reply.verdict}, applied {times} times"
+                )
     return found
 
 

@@ -62,8 +62,12 @@ class People:
     until `stop`)."""
 
     def __init__(
-        self, redis: aioredis.Redis, ledger: Ledger, plans: Sequence[PlannedRun],
-        signers: Mapping[str, Signer], booking_url: str | None,
+        self,
+        redis: aioredis.Redis,
+        ledger: Ledger,
+        plans: Sequence[PlannedRun],
+        signers: Mapping[str, Signer],
+        booking_url: str | None,
     ) -> None:
         self.ledger = ledger
         self.desk = ApprovalDesk(redis, ledger.keys, ledger)
@@ -85,8 +89,9 @@ class People:
             try:
                 run = await self._cancel_moment(plan)
                 if run is not None:
-                    await self.desk.control(run, "cancel", self.signers[USER],
-                                            budget={"reason": "chaos: plans changed"})
+                    await self.desk.control(
+                        run, "cancel", self.signers[USER], budget={"reason": "chaos: plans changed"}
+                    )
                     self.stats.cancels_posted += 1
                     return
             except REDIS_AWAY as exc:
@@ -136,9 +141,13 @@ class People:
             if found is None:
                 return
             applied = bool(found)
-            await self.desk.resolve(call, "applied" if applied else "not_applied", signer,
-                                    result=found or None,
-                                    reason="chaos: checked the booking service")
+            await self.desk.resolve(
+                call,
+                "applied" if applied else "not_applied",
+                signer,
+                result=found or None,
+                reason="chaos: checked the booking service",
+            )
             outcome = "applied" if applied else "not_applied"
         self.stats.resolved.add(f"{call.run_id} {call.call_id}")
         self.stats.resolves_posted[outcome] += 1
@@ -149,9 +158,10 @@ class People:
         """The booking service's answer: its JSON on 200, ``{}`` on 404, None otherwise."""
         if self.booking_url is None:
             return None
-        async with aiohttp.ClientSession() as http, http.request(
-            method, f"{self.booking_url}{path}", json=body
-        ) as reply:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.request(method, f"{self.booking_url}{path}", json=body) as reply,
+        ):
             if reply.status == 404:
                 return {}
             if reply.status != 200:

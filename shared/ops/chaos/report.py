@@ -8,12 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from callgate.ops.chaos.facts import Facts
-from callgate.ops.chaos.invariants import (
-    CHECKS,
-    check_all,
-    reservations_per_approved_call,
-    settled,
-)
+from callgate.ops.chaos.invariants import CHECKS, check_all, reservations_per_approved_call, settled
 from callgate.ops.chaos.people import PeopleStats
 from callgate.ops.chaos.recovery import Kill
 from callgate.states import RUN_PAUSED, RunState
@@ -89,10 +84,16 @@ def people_figures(facts: Facts, stats: PeopleStats) -> dict[str, Any]:
     """What people did, as the ledger recorded it: cancels applied (and the writes they found
     in flight), refused (the run had ended), or never posted; resolutions applied by outcome."""
     cancelled = [r for r in facts.runs if r.people.cancel_turn is not None]
-    writes = {(r.plan.run_id, c.call_id) for r in facts.runs for c in r.calls
-              if c.effect in ("write", "idempotent_write")}
+    writes = {
+        (r.plan.run_id, c.call_id)
+        for r in facts.runs
+        for c in r.calls
+        if c.effect in ("write", "idempotent_write")
+    }
     resolved: Counter[str] = Counter(
-        outcome for r in facts.runs for outcomes in r.people.resolutions.values()
+        outcome
+        for r in facts.runs
+        for outcomes in r.people.resolutions.values()
         for outcome in outcomes
     )
     return {
@@ -112,8 +113,11 @@ def reply_figures(facts: Facts) -> dict[str, int]:
     """Replies sent (by policy), and their verdicts: admitted, refused, none (still waiting)."""
     sent = [s for r in facts.runs for s in r.sent]
     counts: Counter[str] = Counter(s.verdict for s in sent)
-    return {"sent": len(sent), "enqueued": sum(s.policy == "enqueue" for s in sent),
-            **{k: counts[k] for k in ("admitted", "refused", "none")}}
+    return {
+        "sent": len(sent),
+        "enqueued": sum(s.policy == "enqueue" for s in sent),
+        **{k: counts[k] for k in ("admitted", "refused", "none")},
+    }
 
 
 def figures(facts: Facts, kills: Sequence[Kill], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,8 +170,10 @@ def _people_lines(people: Mapping[str, Any]) -> list[str]:
 
 
 def _replies(replies: Mapping[str, int]) -> str:
-    return (f"{replies['sent']} (enqueued {replies['enqueued']}) · admitted "
-            f"{replies['admitted']} · refused {replies['refused']} · no verdict {replies['none']}")
+    return (
+        f"{replies['sent']} (enqueued {replies['enqueued']}) · admitted "
+        f"{replies['admitted']} · refused {replies['refused']} · no verdict {replies['none']}"
+    )
 
 
 def render(fig: Mapping[str, Any]) -> str:

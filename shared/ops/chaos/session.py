@@ -74,8 +74,12 @@ class Session:
         keys = Keys(self.settings.key_prefix, self.settings.partitions)
         self.ledger = Ledger(self.redis, keys, self.settings)
         self.client = CallgateClient(self.settings)
-        self.approver = Approver(self.redis, self.ledger, {p.run_id: p.decision for p in plans},
-                                 signer_of(self.settings, APPROVER))
+        self.approver = Approver(
+            self.redis,
+            self.ledger,
+            {p.run_id: p.decision for p in plans},
+            signer_of(self.settings, APPROVER),
+        )
         signers = {name: signer_of(self.settings, name) for name in (USER, *RESOLVERS)}
         self.people = People(self.redis, self.ledger, plans, signers, self.booking_url)
         self.replier = Replier(self.client, self.ledger)
@@ -137,8 +141,11 @@ class Session:
         """The runs not yet at rest; while Redis is away, all of them."""
         try:
             found = await self.statuses(run_ids)
-            return [r for r, status in found.items()
-                    if not settled(status) or not await self._people_done(r, status)]
+            return [
+                r
+                for r, status in found.items()
+                if not settled(status) or not await self._people_done(r, status)
+            ]
         except REDIS_AWAY:
             return list(run_ids)
 
@@ -174,8 +181,9 @@ class Session:
             await asyncio.sleep(POLL_S)
 
     async def facts(self) -> Facts:
-        return await collect(self.ledger, self.plans, self.booking_url, self.system.urls["model"],
-                             self.replier.sent)
+        return await collect(
+            self.ledger, self.plans, self.booking_url, self.system.urls["model"], self.replier.sent
+        )
 
     async def close(self) -> None:
         self.approver.stop()

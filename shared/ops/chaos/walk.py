@@ -134,11 +134,19 @@ def render_walk(fig: dict[str, Any]) -> str:
         row = fig["boundaries"][boundary.name]
         lines.append(f"{boundary.name:<28}" + "".join(f"{row[e]:<18}" for e in EFFECTS))
     runs = fig["runs"]
-    lines.append(f"crashes {fig['crashes']} · supervisor restarts {sum(fig['restarts'].values())}"
-                 f" · runs {runs['submitted']}: completed {runs['completed']}, paused "
-                 f"{sum(runs['paused'].values())}, failed {runs['failed']}, lost {runs['lost']}"
-                 f" · {fig.get('elapsed_s', '?')} s")
+    lines.append(
+        f"crashes {fig['crashes']} · supervisor restarts {sum(fig['restarts'].values())}"
+        f" · runs {runs['submitted']}: completed {runs['completed']}, paused "
+        f"{sum(runs['paused'].values())}, failed {runs['failed']}, lost {runs['lost']}"
+        f" · {fig.get('elapsed_s', '?')} s"
+    )
     lines += invariant_lines(fig)
-    lines.append("result: " + ("every boundary crashed and recovered; every invariant holds"
-                               if fig["ok"] else f"FAILED (missed: {fig['missed']})"))
+    lines.append(
+        "result: "
+        + (
+            "every boundary crashed and recovered; every invariant holds"
+            if fig["ok"]
+            else f"FAILED (missed: {fig['missed']})"
+        )
+    )
     return "\n".join(lines)

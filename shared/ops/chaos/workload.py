@@ -152,8 +152,10 @@ class PlannedRun:
             slow = {"mode": "slow", "delay_s": self.write_delay_s, "commit": "before"}
             return {"reserve": {**slow, "count": 1}}
         if self.resolve != "no":
-            return {"reserve": {"mode": self.lost_reserve, "count": 1},
-                    "lookup": {"mode": "lookup_unknown"}}
+            return {
+                "reserve": {"mode": self.lost_reserve, "count": 1},
+                "lookup": {"mode": "lookup_unknown"},
+            }
         return None
 
 
@@ -167,8 +169,11 @@ def people_plan(plan: PlannedRun, rng: random.Random) -> PlannedRun:
         delay = IN_FLIGHT_DELAYS_S[int(how * len(IN_FLIGHT_DELAYS_S))]
         return replace(plan, cancel="in_flight", write_delay_s=delay)
     if approved and resolve < RESOLVE_SHARE:
-        plan = replace(plan, resolve="recheck" if how < RECHECK_SHARE else "truth",
-                       lost_reserve="unreachable" if lost < 0.4 else "commit_then_drop")
+        plan = replace(
+            plan,
+            resolve="recheck" if how < RECHECK_SHARE else "truth",
+            lost_reserve="unreachable" if lost < 0.4 else "commit_then_drop",
+        )
     if cancel_at < CANCEL_SHARE:
         plan = replace(plan, cancel="at", cancel_after_s=round(after_s * CANCEL_WITHIN_S, 2))
     return plan
@@ -194,18 +199,23 @@ def plan_runs(count: int, seed: int) -> list[PlannedRun]:
     runs = []
     for i in range(count):
         kind = KINDS[rng.choices(names, weights)[0]]
-        runs.append(reply_plan(people_plan(
-            PlannedRun(
-                run_id=f"chaos-{seed}-{i:04d}",
-                kind=kind.name,
-                api=APIS[i % len(APIS)],
-                scenario=kind.scenario,
-                tool_modules=kind.tool_modules,
-                question=kind.question,
-                decision=_decision(rng.random()),
-            ),
-            people,
-        ), replies))
+        runs.append(
+            reply_plan(
+                people_plan(
+                    PlannedRun(
+                        run_id=f"chaos-{seed}-{i:04d}",
+                        kind=kind.name,
+                        api=APIS[i % len(APIS)],
+                        scenario=kind.scenario,
+                        tool_modules=kind.tool_modules,
+                        question=kind.question,
+                        decision=_decision(rng.random()),
+                    ),
+                    people,
+                ),
+                replies,
+            )
+        )
     return runs
 
 

@@ -101,7 +101,10 @@ class Case:
 
 
 def _approved_reservation(
-    case_id: str, title: str, call: CallExpectation, states: tuple[str, ...] = (PAUSE, "completed"),
+    case_id: str,
+    title: str,
+    call: CallExpectation,
+    states: tuple[str, ...] = (PAUSE, "completed"),
     **kw: Any,
 ) -> Case:
     """alice reserves a lab seat, carol approves, exactly one reservation must result."""

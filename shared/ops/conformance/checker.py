@@ -183,6 +183,8 @@ def _then(case: Case, seen: Observation) -> list[str]:
         for n, call in enumerate(seen.calls, start=1):
             got = orjson.dumps(told(call.result), option=orjson.OPT_SORT_KEYS).decode()
             if "unresolved" in call.path and got != want:
-                problems.append(f"call {n} ({call.tool}): its result is {got}, "
-                                f"not the {want} {then.by} confirmed")
+                problems.append(
+                    f"call {n} ({call.tool}): its result is {got}, "
+                    f"not the {want} {then.by} confirmed"
+                )
     return problems

@@ -33,15 +33,32 @@ def add_command(subparsers: Any) -> None:
         "conformance", help="run the regression catalogue on every protocol, end to end"
     )
     cases = [c.id for c in CASES]
-    cmd.add_argument("--api", nargs="+", action="extend", choices=APIS, metavar="API",
-                     help=f"only these protocols (default: all): {', '.join(APIS)}")
-    cmd.add_argument("--case", nargs="+", action="extend", choices=cases, metavar="CASE",
-                     help=f"only these cases (default: all): {', '.join(cases)}")
+    cmd.add_argument(
+        "--api",
+        nargs="+",
+        action="extend",
+        choices=APIS,
+        metavar="API",
+        help=f"only these protocols (default: all): {', '.join(APIS)}",
+    )
+    cmd.add_argument(
+        "--case",
+        nargs="+",
+        action="extend",
+        choices=cases,
+        metavar="CASE",
+        help=f"only these cases (default: all): {', '.join(cases)}",
+    )
     cmd.add_argument("--json", action="store_true", help="print the cells as JSON")
-    cmd.add_argument("--concurrency", type=_positive(int), default=8,
-                     help="cells in flight at once (default 8)")
-    cmd.add_argument("--timeout", type=_positive(float), default=90.0,
-                     help="seconds one cell may take (default 90)")
+    cmd.add_argument(
+        "--concurrency", type=_positive(int), default=8, help="cells in flight at once (default 8)"
+    )
+    cmd.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=90.0,
+        help="seconds one cell may take (default 90)",
+    )
     cmd.set_defaults(handler=run)
 
 

@@ -130,17 +130,25 @@ async def take(ctx: Context, then: Then, run_id: str, trace: Trace) -> None:
     if then.act == "cancel":
         if then.when == WRITE_IN_FLIGHT:
             await until_write_in_flight(ctx, run_id)
-        code, said = await control(ctx.client, run_id, "cancel", signer, VERDICT_TIMEOUT_S,
-                                   reason="conformance")
+        code, said = await control(
+            ctx.client, run_id, "cancel", signer, VERDICT_TIMEOUT_S, reason="conformance"
+        )
     else:
         view = await ctx.client.view(run_id)
         waiting = [c["call_id"] for c in view["calls"] if c["state"] == "unresolved"]
         if len(waiting) != 1:
             raise CallgateError(f"{then.by} has {len(waiting)} unresolved call(s) to resolve")
         result = None if then.result is None else dict(then.result)
-        code, said = await resolve(ctx.client, run_id, waiting[0], then.outcome, signer,
-                                   result=result, reason="conformance",
-                                   timeout_s=VERDICT_TIMEOUT_S)
+        code, said = await resolve(
+            ctx.client,
+            run_id,
+            waiting[0],
+            then.outcome,
+            signer,
+            result=result,
+            reason="conformance",
+            timeout_s=VERDICT_TIMEOUT_S,
+        )
     if code != 0:
         raise CallgateError(f"{then.by}'s {then.act} was not applied ({said})")
     trace.acted = f"{then.by}: {said}"
@@ -182,8 +190,9 @@ async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER)
         if record is None:
             raise CallgateError(f"call {call.call_id} waits for approval but has no approval")
         after = await desk.last_event_id(run_id)
-        message = await desk.post(record, "approve", signer_of(client.settings, approver),
-                                  reason="conformance")
+        message = await desk.post(
+            record, "approve", signer_of(client.settings, approver), reason="conformance"
+        )
         verdict = await desk.wait_outcome(message, after, timeout_s=VERDICT_TIMEOUT_S)
         if verdict is None or not verdict.applied:
             said = "no verdict" if verdict is None else f"{verdict.event}: {verdict.reason}"

@@ -78,9 +78,7 @@ def start_system(redis_url: str | None = None, progress: Progress = _silent) -> 
     return LocalSystem(system_spec(redis_url), progress=progress).start()
 
 
-async def run_plan(
-    system: LocalSystem, plan: Plan, progress: Progress = _silent
-) -> list[Outcome]:
+async def run_plan(system: LocalSystem, plan: Plan, progress: Progress = _silent) -> list[Outcome]:
     """Every cell of ``plan`` against ``system``, in catalogue × protocol order."""
     cells = plan.cells()
     done: dict[tuple[str, str], Outcome] = {}

@@ -64,8 +64,7 @@ async def gather(world: World, plans: Sequence[PlannedRun], sent: Sent) -> Facts
 
 
 def illegal_transitions(
-    facts: Facts,
-    logs: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]],
+    facts: Facts, logs: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]]
 ) -> list[str]:
     """Each run's and call's states as logged, in order, each a legal step from the last."""
     found: list[str] = []
@@ -153,8 +152,7 @@ def results_under_other_ids(facts: Facts) -> list[str]:
 
 
 def open_takes(
-    facts: Facts,
-    logs: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]],
+    facts: Facts, logs: Mapping[str, Sequence[tuple[str, Mapping[str, Any]]]]
 ) -> list[str]:
     """A write taken (``→ executing``) again while an earlier take of it is unsettled."""
     found = []
@@ -182,11 +180,7 @@ async def logs_of(world: World, plans: Sequence[PlannedRun]) -> dict[str, list[A
 
 
 async def violations(
-    world: World,
-    plans: Sequence[PlannedRun],
-    sent: Sent,
-    *,
-    at_rest: bool,
+    world: World, plans: Sequence[PlannedRun], sent: Sent, *, at_rest: bool
 ) -> dict[str, list[str]]:
     """Every invariant that applies now → what breaks it (only the broken ones)."""
     facts = await gather(world, plans, sent)

@@ -15,14 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callgate.ops.chaos.workload import PlannedRun
-from callgate.ops.explore.events import (
-    BOUNDARIES,
-    Entry,
-    Event,
-    fetch,
-    hand,
-    pending_ids,
-)
+from callgate.ops.explore.events import BOUNDARIES, Entry, Event, fetch, hand, pending_ids
 from callgate.ops.explore.people import People
 from callgate.ops.explore.world import Crashed, World
 from callgate.sweeps import sweep_approvals, sweep_deadlines
@@ -269,9 +262,7 @@ def _about(
 
 
 def _handing(
-    world: World,
-    entry: Entry,
-    boundary: str | None,
+    world: World, entry: Entry, boundary: str | None
 ) -> Callable[[], Awaitable[str | None]]:
     async def act() -> str | None:
         return await hand(world, entry, boundary)
@@ -280,8 +271,7 @@ def _handing(
 
 
 def _swept(
-    sweep: Callable[[dict[str, Any]], Awaitable[int]],
-    world: World,
+    sweep: Callable[[dict[str, Any]], Awaitable[int]], world: World
 ) -> Callable[[], Awaitable[str | None]]:
     async def act() -> str | None:
         return f"{await sweep({'runtime': world.ingress})} found"

@@ -112,13 +112,7 @@ def _spent(report: Report, started: float, seconds: float | None, events: int | 
     return time.monotonic() - started >= (seconds if seconds is not None else 60.0)
 
 
-async def replay(
-    world: World,
-    seed: int,
-    choices: list[str],
-    *,
-    drain: bool = True,
-) -> Outcome:
+async def replay(world: World, seed: int, choices: list[str], *, drain: bool = True) -> Outcome:
     return await run_episode(world, Choices(recorded=choices), seed, drain=drain)
 
 

@@ -167,7 +167,12 @@ class ScriptedApp:
         return entry
 
     async def _answer(
-        self, request: web.Request, wire: WireFormat, plan: _Plan, body: dict[str, Any], rid: str,
+        self,
+        request: web.Request,
+        wire: WireFormat,
+        plan: _Plan,
+        body: dict[str, Any],
+        rid: str,
         entry: dict[str, Any],
     ) -> web.StreamResponse:
         assert plan.scenario is not None and plan.step is not None and plan.conversation
