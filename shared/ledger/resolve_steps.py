@@ -17,7 +17,8 @@ from typing import Any
 from callgate.envelopes import ReconcileRequest
 from callgate.ledger.approval_steps import Decider
 from callgate.ledger.dispatch import RUNNABLE
-from callgate.ledger.steps import LoopSteps, Outcome
+from callgate.ledger.reconcile_steps import ReconcileSteps
+from callgate.ledger.steps import Outcome
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, Effect, error_result, ok_result
 from callgate.states import CallState
@@ -25,7 +26,7 @@ from callgate.states import CallState
 NOT_APPLIED_BY = "the write was not applied, confirmed by {person}; a retry needs a new decision"
 
 
-class ResolveSteps(LoopSteps):
+class ResolveSteps(ReconcileSteps):
     """Steps a person's resolution takes; `Ledger` mixes them in."""
 
     def _resolving(self, call: CallRecord, decider: Decider) -> Tx:

@@ -1,5 +1,6 @@
 """The named steps of the loop: a run's (start it, record what the model said, end or
-advance a turn) and a call's (decide a turn's calls, take one, settle it, reconcile it).
+advance a turn) and a call's (decide a turn's calls, take one, settle it).  A write whose
+outcome is unknown goes on with `callgate.ledger.reconcile_steps`.
 
 Each builds one guarded `Tx` (see `callgate.ledger.base`); the services apply it, with their
 message's ack, in one atomic step.  Steps that rely on a message's facts bind them
@@ -16,12 +17,10 @@ from typing import Any
 
 import orjson
 
-from callgate.clock import now_ms
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import (
     CallResult,
     ExecRequest,
-    OutcomeUnknown,
     ReconcileRequest,
     TurnRequest,
     ValidateRequest,
@@ -35,8 +34,6 @@ from callgate.ledger.tx import Tx
 from callgate.providers.base import TurnRecord
 from callgate.records import CallOutcome, CallRecord, RunRecord, error_result
 from callgate.states import RUN_TERMINAL, CallState, RunState
-
-UNRESOLVED_REASON = "outcome still unknown after every reconciliation check"
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,22 +359,6 @@ class LoopSteps(ApprovalSteps):
             return self._to_reconciler(tx, call, chain)
         return self.report(tx, call, outcome, chain, carry=not sensitive)
 
-    def orphaned_write(self, call: CallRef, attempts: int, chain: tuple[str, ...]) -> Tx:
-        """A write found ``executing`` after its executor died: its outcome is unknown."""
-        tx = Tx("orphaned_write").expect(
-            self.keys.call(call.run_id, call.call_id), "attempts", str(attempts)
-        )
-        reason = "executor died while the write was in flight"
-        self.call_transition(
-            tx,
-            call.run_id,
-            call.call_id,
-            [CallState.EXECUTING],
-            CallState.UNKNOWN,
-            fields={"reason": reason},
-        )
-        return self._to_reconciler(tx, call, chain)
-
     def _to_reconciler(self, tx: Tx, call: CallRef, chain: tuple[str, ...]) -> Tx:
         request = ReconcileRequest(
             run_id=call.run_id, turn=call.turn, call_id=call.call_id, chain=chain
@@ -408,67 +389,6 @@ class LoopSteps(ApprovalSteps):
             )
             self.outbox(tx, self.keys.run_stream("exec", call.run_id), request)
         return tx
-
-    # ---- reconciliation ------------------------------------------------------------------
-    def claim_reconcile(self, call: CallRecord) -> Tx:
-        """``unknown → reconciling``: one reconciler asks the authoritative system."""
-        return self.call_transition(
-            Tx("claim_reconcile"),
-            call.run_id,
-            call.call_id,
-            [CallState.UNKNOWN],
-            CallState.RECONCILING,
-        )
-
-    def settle_reconcile(
-        self, call: CallRecord, outcome: Outcome, chain: tuple[str, ...], sensitive: frozenset[str]
-    ) -> Tx:
-        """The authoritative system answered: the confirmed result, or "not applied"."""
-        fields: dict[str, Any] = {"result": outcome.result, "reason": outcome.reason}
-        tx = self.call_transition(
-            Tx("settle_reconcile"),
-            call.run_id,
-            call.call_id,
-            [CallState.RECONCILING],
-            outcome.state,
-            fields=fields,
-            sensitive=sensitive,
-        )
-        return self.report(tx, call, Outcome(outcome.state, None), chain, carry=False)
-
-    def unresolved(self, run: RunRecord, call: CallRecord, *, pause: bool) -> Tx:
-        """Still unknown after every check: the call waits for a person; with ``pause`` the run
-        pauses too and a person is notified.  Nothing is replayed."""
-        tx = self.call_transition(
-            Tx("unresolved"),
-            call.run_id,
-            call.call_id,
-            [CallState.RECONCILING],
-            CallState.UNRESOLVED,
-            fields={"reason": UNRESOLVED_REASON},
-        )
-        self.inbox_add(tx, self.keys.unresolved_calls, call.run_id, call.call_id, now_ms())
-        if not pause:
-            return tx
-        operation = f"operation {call.operation_id}"
-        detail = f"write outcome unknown: {call.tool} ({call.call_id}, {operation})"
-        self.run_transition(
-            tx,
-            run.run_id,
-            [RunState.EXECUTING, RunState.PAUSED_APPROVAL],
-            RunState.PAUSED_UNKNOWN_OUTCOME,
-            expect_turn=call.turn,
-            fields={"reason": detail},
-        )
-        notice = OutcomeUnknown(
-            run_id=run.run_id,
-            turn=call.turn,
-            call_id=call.call_id,
-            tool=call.tool,
-            operation_id=call.operation_id,
-            detail=detail,
-        )
-        return self.notify(tx, run.run_id, notice)
 
 
 def _taken(attempt: int, consumer: str) -> dict[str, Any]:
