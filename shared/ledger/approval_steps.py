@@ -100,6 +100,14 @@ class ApprovalSteps(Reads):
             msg_id=msg_id,
             signed_by=None if decider is None else decider.signer,
         )
+        return self._release_if_last(tx, record, to, calls)
+
+    def _release_if_last(
+        self, tx: Tx, record: ApprovalRecord, to: CallState, calls: Sequence[CallRecord]
+    ) -> Tx:
+        """Where the decided call goes: while siblings are pending, only its own route
+        (guarded on them still pending, so no decision applies as "not the last" once it is);
+        as the batch's last decision, the run resumes and every held call goes with it."""
         this = next(c for c in calls if c.call_id == record.call_id)
         pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
         for sibling in pending:
