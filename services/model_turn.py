@@ -16,8 +16,6 @@ import logging
 from collections.abc import Mapping
 from typing import assert_never
 
-import orjson
-
 from callgate.clock import now_ms
 from callgate.crashpoints import crash_point
 from callgate.envelopes import CallResult, Envelope, TurnRequest
@@ -36,30 +34,27 @@ from callgate.ledger.steps import items_json
 from callgate.ledger.store import require_calls
 from callgate.ledger.tx import Tx, TxResult
 from callgate.logs import log_fields
+from callgate.loop.asking import ask_model, kept_response
 from callgate.loop.carry import WAITING_FOR_RESULTS, HistoryCarry, JoinFacts, Started, TurnFacts
 from callgate.loop.decisions import (
     AskToFix,
     Finish,
-    ModelStep,
     NextTurn,
     RetryModel,
     StartCalls,
     Wait,
-    after_model,
     after_results,
     budget_end,
-    over_limits,
 )
 from callgate.loop.joins import TurnJoins
 from callgate.loop.results import echo_free, marks_sensitive, result_input
 from callgate.providers import ADAPTERS, adapter_for
-from callgate.providers.base import FinalAnswer, ProviderAdapter, TurnInput, TurnOutcome
+from callgate.providers.base import ProviderAdapter, TurnOutcome
 from callgate.records import CallRecord, RunRecord
 from callgate.states import RunState
 from callgate.streams.delivery import Delivery, Handler
 from callgate.streams.service import Runtime, ServiceSpec, fails_bound_run, main
 from callgate.telemetry import spans
-from callgate.tools.acceptance import check_acceptance
 from callgate.tools.registry import ToolRegistry
 
 log = logging.getLogger("callgate.model_turn")
@@ -139,7 +134,7 @@ class ModelTurn:
             handed_off = Finish(RunState.HANDED_OFF, reason=ended)
             applied = await self._finish(tx, run, handed_off, None, delivery)
             return MISMATCH if binding.broken(applied) else None
-        outcome, step, raw = await self._ask(run, facts.history)
+        outcome, step, raw = await ask_model(self.rt, self.adapter(run.api), run, facts.history)
         self.ledger.model_response(tx, run, outcome.record, outcome.event.kind, raw)
         match step:
             case Finish():
@@ -154,7 +149,7 @@ class ModelTurn:
                 self.ledger.answer_rejected(tx, run, items_json(items), step.message)
                 applied = await self._apply(tx, delivery)
             case RetryModel():
-                raise AssertionError("retries are taken in _ask")
+                raise AssertionError("retries are taken in ask_model")
             case _:
                 assert_never(step)
         crash_point("model_turn.after_outbox")
@@ -163,73 +158,6 @@ class ModelTurn:
     def _bind_history(self, tx: Tx, run: RunRecord, history: list[bytes]) -> Binding:
         self.ledger.expect_history(tx, run.run_id, len(history))
         return Binding({(self.rt.keys.history(run.run_id), "")})
-
-    async def _ask(
-        self, run: RunRecord, history: list[bytes]
-    ) -> tuple[TurnOutcome, ModelStep, bytes]:
-        """The model's answer to this turn, what it means (after any retries), and the raw
-        response as the ledger keeps it."""
-        adapter = self.adapter(run.api)
-        turn_input = TurnInput(
-            model=run.model,
-            history=[orjson.loads(item) for item in history],
-            tools=self.registry.specs(run.allowed_tools),
-            instructions=run.instructions,
-            max_output_tokens=self.rt.settings.max_output_tokens,
-            timeout_s=self.rt.settings.model_timeout_s,
-        )
-        attempt = 0
-        while True:
-            attempt += 1
-            with spans.chat(run.model, run.turn, turn_input.max_output_tokens):
-                outcome = await adapter.complete(turn_input)
-                spans.note_response(outcome)
-            crash_point("model_turn.after_request")
-            raw, flooded = self._kept(outcome)
-            acceptance_error = None
-            if isinstance(outcome.event, FinalAnswer) and flooded is None:
-                acceptance_error = check_acceptance(
-                    run.acceptance, outcome.event.text, self.registry.validators
-                )
-            step = after_model(
-                run,
-                outcome.event,
-                attempt=attempt,
-                max_retries=self.rt.settings.model_max_retries,
-                acceptance_error=acceptance_error,
-                over_limits=flooded,
-            )
-            if not isinstance(step, RetryModel):
-                return outcome, step, raw
-            await self.ledger.apply(self.ledger.note_retry(run, attempt, step.reason, step.delay_s))
-            log.info(
-                "model retry",
-                extra=log_fields(
-                    run_id=run.run_id, turn=run.turn, reason=step.reason, delay_s=step.delay_s
-                ),
-            )
-            await asyncio.sleep(step.delay_s)
-
-    def _kept(self, outcome: TurnOutcome) -> tuple[bytes, str | None]:
-        """The raw response as the ledger keeps it, and why it is over the limits (then only a
-        summary is kept: a flood is not stored, nor ever resent)."""
-        raw = orjson.dumps(outcome.record)  # as `to_json()`, without deep-copying it
-        settings = self.rt.settings
-        flooded = over_limits(
-            outcome.event,
-            len(raw),
-            max_calls=settings.max_calls_per_turn,
-            max_bytes=settings.max_response_bytes,
-        )
-        if flooded is None:
-            return raw, None
-        kept = {
-            "provider": outcome.record.provider,
-            "api": outcome.record.api,
-            "response_id": outcome.record.response_id,
-            "omitted": flooded,
-        }
-        return orjson.dumps(kept), flooded
 
     async def _finish(
         self, tx: Tx, run: RunRecord, step: Finish, outcome: TurnOutcome | None, delivery: Delivery
@@ -321,7 +249,11 @@ class ModelTurn:
         )
         reason = f"provider call id reused from an earlier turn: {', '.join(reused)}"
         tx = self.ledger.model_response(
-            Tx("finish_turn"), run, outcome.record, outcome.event.kind, self._kept(outcome)[0]
+            Tx("finish_turn"),
+            run,
+            outcome.record,
+            outcome.event.kind,
+            kept_response(outcome, self.rt.settings)[0],
         )
         await self._finish(
             tx, run, Finish(RunState.PAUSED_INCOMPLETE, reason=reason), outcome, delivery

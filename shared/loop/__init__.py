@@ -1,2 +1,2 @@
 """The loop's decisions as pure code (`decisions`), and model_turn's in-process helpers
-(`carry`, `joins`)."""
+(`asking`, `carry`, `joins`)."""
