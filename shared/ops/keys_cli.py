@@ -207,10 +207,9 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def add_command(sub: Any) -> None:
-    keys = sub.add_parser("keys", help="make and list signing keys in the local keyring")
-    keys.set_defaults(handler=run)
-    actions = keys.add_subparsers(dest="keys_command", metavar="{new,list,token}", required=True)
+def _add_new(actions: Any) -> None:
+    """`keys new`: one option per field of its trust-file entry, which it prints to register
+    (a person's roles, a submitter's grants and attributes, a delegate's people)."""
     new = actions.add_parser("new", help="make NAME's key pair and print what to register")
     new.add_argument("name", help="its key id in the trust file (a person's or service's name)")
     kind = new.add_mutually_exclusive_group()
@@ -252,6 +251,13 @@ def add_command(sub: Any) -> None:
     )
     new.add_argument("--json", action="store_true", help="print one JSON object")
     new.set_defaults(keys_handler=cmd_new)
+
+
+def add_command(sub: Any) -> None:
+    keys = sub.add_parser("keys", help="make and list signing keys in the local keyring")
+    keys.set_defaults(handler=run)
+    actions = keys.add_subparsers(dest="keys_command", metavar="{new,list,token}", required=True)
+    _add_new(actions)
     listing = actions.add_parser("list", help="names and public keys (never private keys)")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(keys_handler=cmd_list)

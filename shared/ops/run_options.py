@@ -75,8 +75,8 @@ def instructions_file(path: str) -> str:
     return _text_of(path, lambda: Path(path).read_text(encoding="utf-8"), "instructions")
 
 
-def add_spec_options(run: argparse.ArgumentParser) -> None:
-    """One flag per `RunSpec` field, each with help."""
+def _add_task_options(run: argparse.ArgumentParser) -> None:
+    """What the model is asked and for whom: the fields a spec must have (instructions aside)."""
     run.add_argument("--api", choices=APIS, required=True, help="the provider wire protocol")
     run.add_argument("--model", required=True, help="the model name the provider is asked for")
     given = run.add_mutually_exclusive_group(required=True)
@@ -109,24 +109,11 @@ def add_spec_options(run: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help='who the run acts for, e.g. {"user": "alice", "roles": ["finance"]}',
     )
-    run.add_argument(
-        "--tools",
-        default="",
-        metavar="NAMES",
-        help="the registered tools the run may use, by tool name, comma-separated "
-        "(default: every tool the deployment registered)",
-    )
-    run.add_argument(
-        "--allow-no-tools",
-        action="store_true",
-        help="submit even if no registered tool is selected, so every tool call "
-        "the model makes would be refused",
-    )
-    run.add_argument(
-        "--run-id",
-        help="the run's id (default: a new one); submitting the same "
-        "spec again under it is harmless",
-    )
+
+
+def _add_limit_options(run: argparse.ArgumentParser) -> None:
+    """How far the run may go and what it must end with: its budgets, how long a person may
+    take to decide, the batch policy while one does, and the rule for the final answer."""
     run.add_argument(
         "--max-turns",
         type=int,
@@ -167,6 +154,31 @@ def add_spec_options(run: argparse.ArgumentParser) -> None:
         help='a rule for the final answer: {"contains": …}, {"json_schema": …} '
         'or {"validator": NAME}',
     )
+
+
+def add_spec_options(run: argparse.ArgumentParser) -> None:
+    """One flag per `RunSpec` field, each with help; in the order `--help` lists them: the
+    task, the tools and the run's id, then its limits."""
+    _add_task_options(run)
+    run.add_argument(
+        "--tools",
+        default="",
+        metavar="NAMES",
+        help="the registered tools the run may use, by tool name, comma-separated "
+        "(default: every tool the deployment registered)",
+    )
+    run.add_argument(
+        "--allow-no-tools",
+        action="store_true",
+        help="submit even if no registered tool is selected, so every tool call "
+        "the model makes would be refused",
+    )
+    run.add_argument(
+        "--run-id",
+        help="the run's id (default: a new one); submitting the same "
+        "spec again under it is harmless",
+    )
+    _add_limit_options(run)
 
 
 def spec_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -136,20 +136,7 @@ class ClickHandler:
             await self._refuse(client, click, refusal)
             return None
         assert approver is not None and record is not None and click.value is not None
-        # Signed by the bot's own key, for the person it verified Slack says clicked; no
-        # reason: a button carries none, and the model must not see Slack user ids.
-        jti = new_id()
-        claims = approval_claims(
-            click.decision,
-            run=record.run_id,
-            apr=record.approval_id,
-            call=record.call_id,
-            hash=click.value.args_hash,
-            reason=None,
-            jti=jti,
-        )
-        token = sign_decision(self._signer, person=approver.user, claims=claims)
-        decision = SignedDecision(msg_id=jti, run_id=record.run_id, turn=record.turn, token=token)
+        decision = self._signed(click, click.value, approver, record)
         try:
             stream = self._keys.run_stream("decisions", record.run_id)
             await post(self._redis, stream, decision)
@@ -169,6 +156,24 @@ class ClickHandler:
         )
         await self._mark_decided(client, click, outcome_text(click.decision, approver.user, None))
         return decision
+
+    def _signed(
+        self, click: Click, value: ButtonValue, approver: Approver, record: ApprovalView
+    ) -> SignedDecision:
+        """The decision, signed by the bot's own key for the person it verified Slack says
+        clicked; no reason: a button carries none, and the model must not see Slack user ids."""
+        jti = new_id()
+        claims = approval_claims(
+            click.decision,
+            run=record.run_id,
+            apr=record.approval_id,
+            call=record.call_id,
+            hash=value.args_hash,
+            reason=None,
+            jti=jti,
+        )
+        token = sign_decision(self._signer, person=approver.user, claims=claims)
+        return SignedDecision(msg_id=jti, run_id=record.run_id, turn=record.turn, token=token)
 
     async def _mark_decided(self, client: AsyncWebClient, click: Click, outcome: str) -> None:
         await update(

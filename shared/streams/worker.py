@@ -104,15 +104,7 @@ class StreamWorker:
             stats=self.stats,
             accepts=accepts,
         )
-        self._upkeep = Upkeep(
-            redis,
-            settings,
-            self._scripts,
-            group=group,
-            consumer=self.consumer,
-            streams=self._streams,
-            held=self._held,
-        )
+        self._upkeep = self._new_upkeep()
         self._free_slots = settings.concurrency
         """Messages this worker may still start: one slot per message being handled."""
         self._slot_freed = asyncio.Event()
@@ -126,6 +118,19 @@ class StreamWorker:
         self._cursors: dict[str, str] = {}
         self._next_reclaim = 0.0
         self._rotate = 0
+
+    def _new_upkeep(self) -> Upkeep:
+        """The consumer's background upkeep: heartbeats for the messages it holds (`_held`),
+        so they are not reclaimed while they run, and the trimming of its streams."""
+        return Upkeep(
+            self._redis,
+            self._settings,
+            self._scripts,
+            group=self._group,
+            consumer=self.consumer,
+            streams=self._streams,
+            held=self._held,
+        )
 
     # Lifecycle ---------------------------------------------------------------------------
 

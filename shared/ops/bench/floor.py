@@ -71,45 +71,8 @@ def payloads() -> dict[str, bytes]:
     run_id = f"run-{new_id()}"
     return {
         "turns": encode(TurnRequest(run_id=run_id, turn=12, reason="next")),
-        "validate": encode(
-            ValidateRequest(
-                run_id=run_id,
-                turn=12,
-                call_ids=("t12.0",),
-                facts=DecideFacts(
-                    run=DecideRunFacts(
-                        identity={"user": "bench"},
-                        allowed_tools=["bench_read"],
-                        batch_policy="hold_effects",
-                        approval_ttl_s=None,
-                    ),
-                    calls=(
-                        ProposedCall(
-                            call_id="t12.0",
-                            index=0,
-                            tool="bench_read",
-                            raw_arguments='{"key":"k12"}',
-                        ),
-                    ),
-                ),
-            )
-        ),
-        "exec": encode(
-            ExecRequest(
-                run_id=run_id,
-                turn=12,
-                call_id="t12.0",
-                facts=ExecFacts(
-                    run=ExecRunFacts(identity={"user": "bench"}),
-                    call=ExecCallFacts(
-                        tool="bench_read",
-                        tool_version="1",
-                        effect=Effect.READ,
-                        arguments={"key": "k12"},
-                    ),
-                ),
-            )
-        ),
+        "validate": encode(_validate_request(run_id)),
+        "exec": encode(_exec_request(run_id)),
         "results": encode(
             CallResult(
                 run_id=run_id,
@@ -120,6 +83,35 @@ def payloads() -> dict[str, bytes]:
             )
         ),
     }
+
+
+def _validate_request(run_id: str) -> ValidateRequest:
+    """The validator's message as model_turn sends it: the turn's one proposed call, with the
+    run's facts the validator decides on carried along (`callgate.facts`)."""
+    facts = DecideFacts(
+        run=DecideRunFacts(
+            identity={"user": "bench"},
+            allowed_tools=["bench_read"],
+            batch_policy="hold_effects",
+            approval_ttl_s=None,
+        ),
+        calls=(
+            ProposedCall(
+                call_id="t12.0", index=0, tool="bench_read", raw_arguments='{"key":"k12"}'
+            ),
+        ),
+    )
+    return ValidateRequest(run_id=run_id, turn=12, call_ids=("t12.0",), facts=facts)
+
+
+def _exec_request(run_id: str) -> ExecRequest:
+    """The executor's message as the validator sends it: the allowed call, with the facts the
+    executor runs it on carried along (`callgate.facts`)."""
+    call = ExecCallFacts(
+        tool="bench_read", tool_version="1", effect=Effect.READ, arguments={"key": "k12"}
+    )
+    facts = ExecFacts(run=ExecRunFacts(identity={"user": "bench"}), call=call)
+    return ExecRequest(run_id=run_id, turn=12, call_id="t12.0", facts=facts)
 
 
 def token_fields(payload: bytes, token: str, turn: int, turns: int, fanout: int) -> dict[Any, Any]:
