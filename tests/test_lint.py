@@ -1,5 +1,6 @@
-"""The standing checks run with the suite: ruff on everything, mypy --strict on the package and
-on the examples (each a package under ``examples/``, imported with that folder on the path).
+"""The standing checks run with the suite: ruff (lint and format) on everything, mypy --strict on
+the package and on the examples (each a package under ``examples/``, imported with that folder on
+the path).
 
 The package is installed as ``callgate`` from two folders (``shared/`` and ``services/``), which
 mypy cannot follow through the editable install's import hook; so mypy reads it through a
@@ -34,6 +35,11 @@ def installed_layout(into: Path) -> Path:
 
 def test_ruff_clean() -> None:
     result = _run("ruff", "check", "shared", "services", "tests", "examples")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_clean() -> None:
+    result = _run("ruff", "format", "--check", "shared", "services", "tests", "examples")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
