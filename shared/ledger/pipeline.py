@@ -18,8 +18,9 @@ and which transport runs is logged once.
 What does not change: each command is still a separate command (no MULTI around a batch),
 except that the flush's ledger steps go as one script call per slot (group commit,
 `callgate.ledger.group`), where each step stays atomic on its own and independent of its
-neighbours; and each caller gets its own replies or its own error — a Lua error or NOSCRIPT hits only its command; a lost
-connection fails every request of that flush, exactly as it would have failed each of them.
+neighbours; and each caller gets its own replies or its own error — a Lua error or NOSCRIPT
+hits only its command (or step); a lost connection fails every request of that flush, exactly
+as it would have failed each of them.
 Commands of one caller keep their order.  Blocking commands (XREADGROUP BLOCK, XREAD BLOCK)
 must not go through here.
 """
