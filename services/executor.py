@@ -36,7 +36,7 @@ from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import Envelope, ExecRequest
 from callgate.errors import AuthError, EnvelopeError, NotFoundError, ToolError
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
-from callgate.ledger.steps import Outcome
+from callgate.ledger.call_steps import Outcome
 from callgate.logs import log_fields
 from callgate.records import Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values

@@ -135,7 +135,7 @@ class ModelTurn:
             applied = await self._finish(tx, run, handed_off, None, delivery)
             return MISMATCH if binding.broken(applied) else None
         outcome, step, raw = await ask_model(self.rt, self.adapter(run.api), run, facts.history)
-        self.ledger.model_response(tx, run, outcome.record, outcome.event.kind, raw)
+        self.ledger.model_response(tx, run, outcome.record, outcome.event.kind, raw, binding)
         match step:
             case Finish():
                 applied = await self._finish(tx, run, step, outcome, delivery)

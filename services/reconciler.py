@@ -19,7 +19,7 @@ import aiohttp
 from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, ReconcileRequest
 from callgate.errors import EnvelopeError, NotFoundError, ToolError
-from callgate.ledger.steps import Outcome
+from callgate.ledger.call_steps import Outcome
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields
 from callgate.records import CallRecord, Effect, RunRecord, error_result, ok_result

@@ -37,8 +37,8 @@ from callgate.facts import (
 )
 from callgate.facts import ProposedCall as RecordedCall
 from callgate.facts import decide as decide_with
+from callgate.ledger.call_steps import Verdict
 from callgate.ledger.dispatch import Decided
-from callgate.ledger.steps import Verdict
 from callgate.logs import log_fields
 from callgate.records import RAW_ARGUMENTS_MAX_BYTES, ErrorResult, truncate_utf8
 from callgate.states import CallState

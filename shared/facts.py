@@ -104,6 +104,14 @@ def distrusted(where: Mapping[str, Any]) -> None:
 # -- the facts of each hop --------------------------------------------------------------------
 
 
+class UsageFacts(RecordFacts):
+    """The run's token totals a turn adds its usage to (`LoopSteps.model_response`)."""
+
+    record = RunRecord
+    usage_input_tokens: int
+    usage_output_tokens: int
+
+
 class DecideRunFacts(RecordFacts):
     """The run's authority the validator decides a turn's calls under."""
 

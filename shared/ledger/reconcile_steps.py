@@ -14,7 +14,8 @@ from typing import Any
 from callgate.clock import now_ms
 from callgate.envelopes import OutcomeUnknown
 from callgate.ledger.base import CallRef
-from callgate.ledger.steps import LoopSteps, Outcome
+from callgate.ledger.call_steps import Outcome
+from callgate.ledger.steps import LoopSteps
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord
 from callgate.states import CallState, RunState

@@ -16,9 +16,9 @@ from typing import Any
 
 from callgate.envelopes import ReconcileRequest
 from callgate.ledger.approval_steps import Decider
+from callgate.ledger.call_steps import Outcome
 from callgate.ledger.dispatch import RUNNABLE
 from callgate.ledger.reconcile_steps import ReconcileSteps
-from callgate.ledger.steps import Outcome
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, Effect, error_result, ok_result
 from callgate.states import CallState

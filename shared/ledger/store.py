@@ -3,14 +3,16 @@
     LedgerBase (base.py)            the vocabulary: transitions, events, outbox, retention
     └── Reads (reads.py)            applying steps, reading records and facts (I/O)
         └── ApprovalSteps           request, apply and refuse approvals
-            └── LoopSteps (steps.py)  a run's steps (start, record a response, end or
-                                      advance a turn) and a call's (decide, take, settle)
-                └── ReconcileSteps      a write whose outcome is unknown: orphaned,
-                    (reconcile_steps.py)  reconciled, or left for a person
-                    └── ResolveSteps        a person resolves an unknown outcome
-                        (resolve_steps.py)
-                        └── ControlSteps    a person cancels or resumes a run
-                            (control_steps.py)
+            └── CallSteps             a call's steps: decide a turn's, take, settle
+                (call_steps.py)
+                └── LoopSteps           a run's steps: start, record a response, end or
+                    (steps.py)            advance a turn
+                    └── ReconcileSteps    a write whose outcome is unknown: orphaned,
+                        (reconcile_steps.py)  reconciled, or left for a person
+                        └── ResolveSteps      a person resolves an unknown outcome
+                            (resolve_steps.py)
+                            └── ControlSteps  a person cancels or resumes a run
+                                (control_steps.py)
         TokenSteps (token_steps.py)   an identity token starts one run (beside the above)
 
 Services call a named step to build a guarded `Tx` and `apply` it (with their message's ack,
