@@ -305,29 +305,55 @@ def _kind(annotation: Any) -> str:
 
 
 class Event(BaseModel):
-    """One entry of a run's event log (stream fields ``t``, ``type``, ``d``)."""
+    """One event of a run's event log.  A ledger step writes its events as one stream entry
+    (fields ``t``, ``type``, ``d``: the first event; ``also``: the others, as ``[type, data]``
+    pairs), so an event's id is its entry's id, and ``<entry id>.<n>`` for the n-th other."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str
-    """The stream entry id; orders events within the run."""
+    """Orders events within the run (`event_order`)."""
     t_ms: int
     type: str
     """What happened, e.g. ``run.transition`` or ``call.transition``."""
     data: dict[str, Any] = Field(default_factory=dict)
     """Redacted details (never secrets or hidden reasoning)."""
 
-    @classmethod
-    def from_entry(cls, entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> Event:
-        """Parse one XRANGE entry."""
-        raw = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
-        data = orjson.loads(raw["d"]) if "d" in raw else {}
-        return cls(
-            id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-            t_ms=int(raw.get("t", b"0")),
-            type=_text(raw.get("type", b"")),
-            data=data if isinstance(data, dict) else {"value": data},
-        )
+
+def entry_events(entry_id: bytes | str, fields: Mapping[bytes, bytes]) -> list[Event]:
+    """The events of one XRANGE / XREAD entry, in the order the step wrote them."""
+    raw = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
+    first = _text(entry_id)
+    t_ms = int(raw.get("t", b"0"))
+    pairs: list[Any] = [[_text(raw.get("type", b"")), orjson.loads(raw["d"]) if "d" in raw else {}]]
+    if "also" in raw:
+        pairs += orjson.loads(raw["also"])
+    return [
+        Event(id=first if n == 0 else f"{first}.{n}", t_ms=t_ms, type=kind,
+              data=data if isinstance(data, dict) else {"value": data})
+        for n, (kind, data) in enumerate(pairs)
+    ]  # fmt: skip
+
+
+def event_order(event_id: str) -> tuple[int, int, int]:
+    """An event id as what orders it: its entry's (milliseconds, sequence), then its place."""
+    entry, _, place = event_id.partition(".")
+    ms, _, seq = entry.partition("-")
+    return int(ms), int(seq or 0), int(place or 0)
+
+
+def read_from(event_id: str) -> str:
+    """The id to XREAD after to miss nothing after ``event_id``: the entry before its entry's
+    (the rest of its entry's events may still be due; filter them by `event_order`)."""
+    ms, seq, _ = event_order(event_id)
+    if (ms, seq) == (0, 0):
+        return "0-0"
+    return f"{ms}-{seq - 1}" if seq else f"{ms - 1}-{2**64 - 1}"
+
+
+def entry_of(event_id: str) -> str:
+    """The id of the stream entry that holds the event ``event_id``."""
+    return event_id.partition(".")[0]
 
 
 def _text(value: bytes | str) -> str:

@@ -1,6 +1,7 @@
 """`GET /runs/{run_id}/events`: the run's trace, as JSON or as Server-Sent Events.
 
-The trace is the run's event stream in Redis, so a stream entry id is each event's SSE ``id``.
+The trace is the run's event stream in Redis: a ledger step's events share one entry, so an
+event's SSE ``id`` is its entry's id, with ``.1``, ``.2``, … after it for the step's later events.
 With ``Accept: text/event-stream`` the answer follows the run live (XREAD BLOCK from the last id
 sent) and a reconnecting client's ``Last-Event-ID`` resumes right after the last event it got:
 every event arrives once, in order, however often the connection drops.  The stream ends (an
@@ -22,13 +23,13 @@ from callgate.api.context import ApiContext, Ctx, Who
 from callgate.api.problems import PROBLEM_SCHEMA, Problem
 from callgate.ledger.reads import redis_errors
 from callgate.ops.trace import as_json
-from callgate.records import Event
+from callgate.records import entry_events, event_order, read_from
 from callgate.states import RUN_TERMINAL
 
 router = APIRouter(tags=["events"], responses={code: PROBLEM_SCHEMA for code in (401, 404)})
 
 SSE_MEDIA_TYPE = "text/event-stream"
-ENTRY_ID = re.compile(r"^\d+-\d+$")
+EVENT_ID = re.compile(r"^\d+-\d+(\.\d+)?$")
 READ_COUNT = 100
 LINGER_MS = 1000
 """How long a stream stays open, quiet, after its run ended."""
@@ -42,8 +43,8 @@ def sse_frame(event: dict[str, Any]) -> bytes:
 
 def _start_id(last_event_id: str | None, after: str | None) -> str:
     start = last_event_id or after or "0-0"
-    if not ENTRY_ID.match(start):
-        raise Problem(422, "Last-Event-ID / after: use an event id this API sent (e.g. 1700-0)")
+    if not EVENT_ID.match(start):
+        raise Problem(422, "Last-Event-ID / after: use an event id this API sent (e.g. 1700-0.1)")
     return start
 
 
@@ -79,26 +80,21 @@ async def run_events(
 async def trace(ctx: ApiContext, run_id: str, start: str = "0-0") -> list[dict[str, Any]]:
     """The run's events after ``start``, redacted (what the route answers; the console's
     timeline too)."""
-    return as_json(e for e in await ctx.client.events(run_id) if _newer(e.id, start))
-
-
-def _newer(entry_id: str, than: str) -> bool:
-    ms, _, seq = entry_id.partition("-")
-    than_ms, _, than_seq = than.partition("-")
-    return (int(ms), int(seq)) > (int(than_ms), int(than_seq))
+    after = event_order(start)
+    return as_json(e for e in await ctx.client.events(run_id) if event_order(e.id) > after)
 
 
 async def follow(ctx: ApiContext, run_id: str, start: str) -> AsyncIterator[bytes]:
     """Every event after ``start``, live, until the run has ended and a quiet `LINGER_MS`
     passed (a write in flight at a cancel still settles after the run ended)."""
-    cursor = start
+    sent, entry = start, read_from(start)  # the last event sent; the entry to read after
     ended = False
     yield b"retry: 1000\n\n"
     while True:
         block_ms = LINGER_MS if ended else ctx.api.sse_block_ms
-        events = await _read(ctx, run_id, cursor, block_ms)
+        events, entry = await _read(ctx, run_id, entry, sent, block_ms)
         for event in events:
-            cursor = event["id"]
+            sent = event["id"]
             yield sse_frame(event)
         if not events and ended:
             yield f"event: end\ndata: {orjson.dumps({'run_id': run_id}).decode()}\n\n".encode()
@@ -109,12 +105,24 @@ async def follow(ctx: ApiContext, run_id: str, start: str) -> AsyncIterator[byte
             yield b": keep-alive\n\n"
 
 
-async def _read(ctx: ApiContext, run_id: str, cursor: str, block_ms: int) -> list[dict[str, Any]]:
-    """The run's events after ``cursor``, waiting up to ``block_ms`` for the first."""
+async def _read(
+    ctx: ApiContext, run_id: str, entry: str, sent: str, block_ms: int
+) -> tuple[list[dict[str, Any]], str]:
+    """The run's events after event ``sent``, from the entries after ``entry``, waiting up to
+    ``block_ms`` for the first; and the last entry read (the next read's ``entry``)."""
     stream = ctx.client.keys.events(run_id)
     with redis_errors():
-        reply = await ctx.client.redis.xread({stream: cursor}, count=READ_COUNT, block=block_ms)
-    entries: list[tuple[bytes, dict[bytes, bytes]]] = [
-        entry for _, batch in reply or [] for entry in batch
+        reply = await ctx.client.redis.xread({stream: entry}, count=READ_COUNT, block=block_ms)
+    entries = [item for _, batch in reply or [] for item in batch]
+    after = event_order(sent)
+    events = [
+        event
+        for entry_id, fields in entries
+        for event in entry_events(entry_id, fields)
+        if event_order(event.id) > after
     ]
-    return as_json(Event.from_entry(entry_id, fields) for entry_id, fields in entries)
+    return as_json(events), (_text(entries[-1][0]) if entries else entry)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -30,7 +30,7 @@ from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import SignedDecision, new_id
 from callgate.keys import IndexOf, Keys
 from callgate.ledger.store import Ledger, redis_errors
-from callgate.records import CallRecord, Event, RunRecord
+from callgate.records import CallRecord, RunRecord, entry_events
 from callgate.states import CallState
 from callgate.streams.commands import post
 
@@ -222,12 +222,12 @@ async def wait_outcome(
         for _, entries in reply or []:
             for entry_id, fields in entries:
                 cursor = _text(entry_id)
-                event = Event.from_entry(entry_id, fields)
-                if event.type in OUTCOME_EVENTS and event.data.get("msg_id") == message.msg_id:
-                    reason = event.data.get("reason")
-                    return Outcome(
-                        applied=not event.type.endswith(".refused"),
-                        event=event.type,
-                        reason=None if reason is None else str(reason),
-                    )
+                for event in entry_events(entry_id, fields):
+                    if event.type in OUTCOME_EVENTS and event.data.get("msg_id") == message.msg_id:
+                        reason = event.data.get("reason")
+                        return Outcome(
+                            applied=not event.type.endswith(".refused"),
+                            event=event.type,
+                            reason=None if reason is None else str(reason),
+                        )
     return None

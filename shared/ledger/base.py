@@ -186,9 +186,10 @@ class LedgerBase:
         sensitive: Collection[str] = frozenset(),
         **data: Any,
     ) -> Tx:
-        """Append one redacted event to the run's event log (fields ``t``, ``type``, ``d``)."""
+        """Append one redacted event to the run's event log (with the step's others, in one
+        entry: `Tx.event`)."""
         payload = orjson.dumps(redact(data, sensitive), default=str)
-        return tx.xadd(self.keys.events(run_id), {"t": now_ms(), "type": type, "d": payload})
+        return tx.event(self.keys.events(run_id), type, payload, now_ms())
 
     def outbox(self, tx: Tx, stream: str, envelope: Any) -> Tx:
         """Append the message a state change triggers, in the same atomic step (field ``d``).

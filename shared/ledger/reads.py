@@ -28,7 +28,7 @@ from callgate.ledger.base import LedgerBase
 from callgate.ledger.group import APPLY_LUA
 from callgate.ledger.pipeline import AutoPipeline, Command
 from callgate.ledger.tx import Tx, TxResult
-from callgate.records import CallRecord, Event, RunRecord
+from callgate.records import CallRecord, Event, RunRecord, entry_events
 from callgate.states import CallState, RunState
 
 T = TypeVar("T")
@@ -174,8 +174,10 @@ class Reads(LedgerBase):
         return {int(k): orjson.loads(v) for k, v in sorted(raw.items(), key=lambda kv: int(kv[0]))}
 
     async def events(self, run_id: str, count: int | None = None) -> list[Event]:
+        """The run's events, oldest first (of its first ``count`` entries: a step's events
+        share one)."""
         entries = await self._client(self.redis.xrange(self.keys.events(run_id), count=count))
-        return [Event.from_entry(entry_id, fields) for entry_id, fields in entries]
+        return [event for entry_id, fields in entries for event in entry_events(entry_id, fields)]
 
     async def run_ids(self, partition: int, limit: int = 100) -> list[str]:
         """The partition's most recent run ids, newest first."""

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import orjson
 from redis.crc import key_slot
 
 from callgate.errors import TxRejectedError
@@ -153,6 +154,8 @@ class Tx:
         self._op_args: list[Arg] = []
         self.ops = 0
         self.xadds = 0
+        self._events: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
+        """Stream → when its first event happened, and its events (`event`)."""
         self.applied: bool | None = None
         """Set when the script's reply is read (`result`): whether all of it was written."""
 
@@ -303,6 +306,27 @@ class Tx:
             return self._op("xadd", stream, flat, step=2)
         return self._op("xaddcap", stream, flat)
 
+    def event(self, stream: str, kind: str, payload: bytes, t_ms: int) -> Tx:
+        """Append an event (its JSON ``payload``) to a run's log ``stream``.  A step's events
+        go as one entry, written last (`callgate.records.entry_events` reads them): an XADD
+        an event costs Redis more than the bytes it writes."""
+        pending = self._events.get(stream)
+        if pending is None:
+            self._events[stream] = (t_ms, [(kind, payload)])
+        else:
+            pending[1].append((kind, payload))
+        return self
+
+    def _write_events(self) -> None:
+        for stream, (t_ms, events) in self._events.items():
+            (kind, payload), rest = events[0], events[1:]
+            entry: dict[str, Value] = {"t": t_ms, "type": kind, "d": payload}
+            if rest:
+                pairs = (b"[" + orjson.dumps(k) + b"," + p + b"]" for k, p in rest)
+                entry["also"] = b"[" + b",".join(pairs) + b"]"
+            self.xadd(stream, entry)
+        self._events.clear()
+
     def xack(self, stream: str, group: str, *message_ids: str) -> Tx:
         """Settle delivered entries in the same step as the writes they caused."""
         return self._op("xack", stream, [group, *message_ids])
@@ -331,6 +355,8 @@ class Tx:
     def encode(self) -> tuple[list[str], list[Arg]]:
         """Its keys and its arguments (the shape, then every entry's arguments), as a step of
         a script call (`callgate.ledger.group` puts one or more in one)."""
+        if self._events:
+            self._write_events()
         shape, args = self._guard_entries()
         shape += self._op_shape
         return self.keys, [bytes(shape), *args, *self._op_args]

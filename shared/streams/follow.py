@@ -26,7 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from callgate.keys import Keys
-from callgate.records import Event
+from callgate.records import Event, entry_events
 from callgate.streams.commands import text as _text
 
 INBOX_MAX = 1000
@@ -147,7 +147,7 @@ class Follower:
         reply = await self.redis.xread(streams, count=per_run)
         by_stream = {_text(name): entries for name, entries in reply or []}
         return {
-            run_id: [Event.from_entry(i, f) for i, f in by_stream[self.keys.events(run_id)]]
+            run_id: [e for i, f in by_stream[self.keys.events(run_id)] for e in entry_events(i, f)]
             for run_id in cursors
             if self.keys.events(run_id) in by_stream
         }

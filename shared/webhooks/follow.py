@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from callgate.clock import now_ms
-from callgate.records import Event
+from callgate.records import Event, entry_of
 from callgate.states import RUN_TERMINAL
 from callgate.streams.follow import Cursor, Follower, Progress
 from callgate.webhooks.events import DECIDED, Tally, WebhookEvent, webhook_event
@@ -119,7 +119,8 @@ class Feed:
                 if now - event.t_ms <= self.max_age_s * 1000:
                     sent += await self._deliver(webhook_event(run_id, event, tools))
             if events:
-                progress.cursors[run_id] = Cursor(events[-1].id, _status(cursor.status, events))
+                last = entry_of(events[-1].id)  # a read takes whole entries
+                progress.cursors[run_id] = Cursor(last, _status(cursor.status, events))
             elif _done(cursor, created_ms, now, self.retention_s):
                 progress.unwatch.append(run_id)
         progress.counts = tally.counts

@@ -127,9 +127,9 @@ async def test_state_change_and_outbox_land_together(
     tx = ledger.run_transition(Tx(), "run-1", R.QUEUED, R.AWAITING_MODEL, fields={"turn": 1})
     ledger.outbox(tx, exec_stream, ExecRequest(run_id="run-1", turn=1, call_id="c"))
     result = await ledger.apply(tx)
-    assert result.ok and len(result.stream_ids) == 2  # the event, then the outbox message
+    assert result.ok and len(result.stream_ids) == 2  # the message, then the step's events
     entries = await redis.xrange(exec_stream)
-    assert [e[0].decode() for e in entries] == result.stream_ids[1:]
+    assert [e[0].decode() for e in entries] == result.stream_ids[:1]
     run = await ledger.get_run("run-1")
     assert run is not None and run.status == R.AWAITING_MODEL and run.turn == 1
 

@@ -21,8 +21,11 @@ from callgate.records import (
     Event,
     RunRecord,
     encode_fields,
+    entry_events,
     error_result,
+    event_order,
     ok_result,
+    read_from,
 )
 from callgate.redact import REDACTED, redact, redact_error, scrub, sensitive_values
 from callgate.states import CallState, RunState
@@ -207,9 +210,27 @@ def test_run_round_trip_property(identity: dict[str, Any], text: str, turn: int)
     assert RunRecord.from_hash(_as_redis(run.to_hash())) == run
 
 
-def test_event_from_stream_entry() -> None:
-    event = Event.from_entry(b"1-0", {b"t": b"5", b"type": b"run.created", b"d": b'{"a":1}'})
-    assert event == Event(id="1-0", t_ms=5, type="run.created", data={"a": 1})
+def test_events_from_stream_entries_of_one_event_and_of_a_step_of_several() -> None:
+    one = entry_events(b"1-0", {b"t": b"5", b"type": b"run.created", b"d": b'{"a":1}'})
+    assert one == [Event(id="1-0", t_ms=5, type="run.created", data={"a": 1})]
+    tx = Tx("a_step").event("{a}e", "call.transition", b'{"b":2}', 7)
+    tx.event("{a}e", "run.transition", b'{"c":3}', 8).event("{a}e", "x.y", b"{}", 9)
+    _, argv = tx.encode()  # the step's one XADD: its fields follow the shape
+    fields = dict(zip(argv[1::2], argv[2::2], strict=True))
+    stored = {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}
+    assert entry_events("2-3", stored) == [
+        Event(id="2-3", t_ms=7, type="call.transition", data={"b": 2}),
+        Event(id="2-3.1", t_ms=7, type="run.transition", data={"c": 3}),
+        Event(id="2-3.2", t_ms=7, type="x.y", data={}),
+    ]
+
+
+def test_event_ids_order_within_and_across_entries_and_a_read_misses_none() -> None:
+    ids = ["0-0", "1-0", "1-0.1", "1-0.2", "1-1", "2-0"]
+    assert sorted(ids, key=event_order) == ids
+    assert [read_from(i) for i in ("0-0", "1-0.2", "1-1", "2-0")] == [
+        "0-0", "0-18446744073709551615", "1-0", "1-18446744073709551615",
+    ]  # fmt: skip
 
 
 # ---- redaction ------------------------------------------------------------------------------
