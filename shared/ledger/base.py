@@ -22,7 +22,13 @@ from callgate.keys import IndexOf, Keys
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, RunRecord, encode_fields, result_code
 from callgate.redact import redact
-from callgate.states import RUN_TERMINAL, CallState, RunState, check_call, check_run
+from callgate.states import CallState, RunState, check_call, check_run
+
+LOG_OUTLIVES_S = 1
+"""A run's event log expires this long after its records, so a step that finds one of them
+finds the log (`LedgerBase._log_outlives`).  The step that ends a run gives every key its
+expiry at once (Redis 7 freezes a script's clock; 6.2 reads it per command, microseconds
+apart): a second is margin enough, and keeps the retention's promise."""
 
 
 class CallRef(Protocol):
@@ -112,11 +118,7 @@ class LedgerBase:
         sources = _cas(
             tx, check_run, RunRecord, key, "status", from_states, to_state, fields, guards
         )
-        if RUN_TERMINAL.isdisjoint(sources):
-            # The step applies only to a live run, whose event log is a stream: start_run
-            # wrote it with the run, keys expire only from the step that ends a run, and the
-            # steps that revive one write an event checked as usual.  No TYPE needed.
-            tx.vouch(self.keys.events(run_id))
+        self._log_outlives(tx, run_id)
         data: dict[str, Any] = {
             "from": sources,
             "to": str(to_state),
@@ -127,6 +129,13 @@ class LedgerBase:
             data.setdefault("turn", expect_turn)
         self.event(tx, run_id, "run.transition", **data)
         return tx
+
+    def _log_outlives(self, tx: Tx, run_id: str) -> None:
+        """``tx`` guards a field of one of the run's records, so that record exists when the
+        step applies; and the run's log outlives all of them (`finish_run_ttl`), so the log
+        is the stream start_run wrote with the run: no other role can change a stream's
+        type.  The script need not ask its TYPE (`Tx.vouch`)."""
+        tx.vouch(self.keys.events(run_id))
 
     def call_transition(
         self,
@@ -145,6 +154,7 @@ class LedgerBase:
         """
         key = self.keys.call(run_id, call_id)
         sources = _cas(tx, check_call, CallRecord, key, "state", from_states, to_state, fields)
+        self._log_outlives(tx, run_id)
         data = {"call_id": call_id, "from": sources, "to": str(to_state), **_shown(fields or {})}
         self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
         return tx
@@ -254,15 +264,17 @@ class LedgerBase:
         """Let every key of a finished run expire after ``settings.retention_s``.
 
         ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
-        records expire only if their ids are passed: `Ledger.retention` reads them.  The
+        records expire only if their ids are passed: `Ledger.retention` reads them.  The log
+        expires `LOG_OUTLIVES_S` after the rest (`_log_outlives`).  The
         run leaves the deadline index now (a finished run has no deadline left); its entry in
         the runs index and the inbox go once its keys expired (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
         deadlines = keys.deadlines(keys.partition(run_id))
         tx.vouch(deadlines).zrem(deadlines, run_id)
+        log, retention_s = keys.events(run_id), self.settings.retention_s
         for key in self.run_keys(run_id, call_ids, turns, approval_ids):
-            tx.expire(key, self.settings.retention_s)
+            tx.expire(key, retention_s + LOG_OUTLIVES_S if key == log else retention_s)
         return tx
 
     def run_keys(

@@ -263,8 +263,9 @@ class Tx:
         history), so the script need not ask its TYPE.  Never for a key another role can
         write with other commands: a run's event log (the api user's SETNX and ZADD reach
         it) keeps its check, so a planted wrong type is refused before the first write —
-        unless the step's guards prove the run live (`LedgerBase.run_transition`).  Vouches
-        for the ops on ``key`` appended before, too."""
+        unless the step's guards prove one of the run's records exists, which the log
+        outlives (`LedgerBase._log_outlives`).  Vouches for the ops on ``key`` appended
+        before, too."""
         index = self._key(key)
         if index not in self._vouched:
             self._vouched.add(index)

@@ -17,8 +17,8 @@ EXPECTED: dict[str, tuple[float, float]] = {
     "start_run": (0.1, 8.0),
     "start_calls": (0.5, 18.0),
     "decide_calls": (0.5, 11.0),
-    "take_call": (1.0, 6.0),
-    "settle_call": (1.0, 7.0),
+    "take_call": (1.0, 5.0),
+    "settle_call": (1.0, 6.0),
     "advance_turn": (0.5, 9.0),
     "finish_turn": (0.1, 32.0),
 }

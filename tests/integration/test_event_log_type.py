@@ -1,8 +1,7 @@
 """A run's event log is the one key of a run that another role may write: the api user's
-SETNX, ZADD and XADD reach ``events:*`` (its refusal events go there).  So a step asks its
-TYPE before writing, except where its guards prove the run live: a live run's log is the
-stream `start_run` wrote, and only the steps that revive an ended run (whose keys may have
-expired one by one) must look again.  Each test plants another type where that can happen."""
+SETNX, ZADD and XADD reach ``events:*`` (its refusal events go there).  So a step asks its TYPE
+before writing, except where its guards prove that one of the run's records exists: the log
+outlives them all."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from callgate.config import Settings
 from callgate.errors import TxRejectedError
 from callgate.keys import Keys
 from callgate.ledger.approval_steps import Decider
+from callgate.ledger.base import LOG_OUTLIVES_S
 from callgate.ledger.store import Ledger
 from callgate.records import RunRecord
 from callgate.states import RunState
@@ -45,30 +45,31 @@ async def test_an_event_log_planted_before_the_run_stops_its_start_before_the_fi
     assert await redis.zscore(keys.runs_index(0, None), RUN) is None
 
 
-async def test_an_event_log_that_expired_before_its_run_is_checked_when_a_person_resumes_it(
+async def test_a_runs_log_outlives_every_record_of_it_so_a_step_on_a_record_finds_its_log(
     ledger: Ledger, keys: Keys, redis: aioredis.Redis
 ) -> None:
-    """A handed-off run's keys expire one by one: with its log gone and a zset planted there,
-    the resume is refused whole — the run stays handed off and keeps its expiry."""
+    """A step that guards a field of a run's record (its run hash, a call's) skips the TYPE
+    of the run's log: the log outlives every record, so the record's existence proves the
+    log's, and nobody can change a stream's type.  Once the run ends, each of its keys
+    expires, and the log `LOG_OUTLIVES_S` after the last of the others."""
     assert (await ledger.apply(ledger.start_run(_run(), []))).ok
     run = await ledger.get_run(RUN)
     assert run is not None
     assert (await ledger.apply(await ledger.end_run(run, RunState.HANDED_OFF, "budget"))).ok
+    log = keys.events(RUN)
+    others = [key for key in ledger.run_keys(RUN, [], 1, []) if key != log]
+    ttls = {key: await redis.pttl(key) for key in others if await redis.exists(key)}
+    assert keys.run(RUN) in ttls and all(ttl > 0 for ttl in ttls.values())
+    assert await redis.pttl(log) > max(ttls.values()) + LOG_OUTLIVES_S * 1000 // 2
+
+    # A person resumes it while its records live: the log is there, as a stream.
     run = await ledger.get_run(RUN)
-    assert run is not None and await redis.ttl(keys.run(RUN)) > 0
-    await redis.delete(keys.events(RUN))  # expired first
-    await redis.zadd(keys.events(RUN), {"planted": 1})
+    assert run is not None
     decider = Decider(person="carol", signer="carol", token="t", jti="j-1")
     resume = await ledger.resume_run(
-        run,
-        decider,
-        turn=run.turn + 1,
-        max_turns=5,
-        deadline_ms=None,
-        max_total_tokens=None,
-        msg_id="m-1",
-    )
-    with pytest.raises(TxRejectedError, match="key holds a zset"):
-        await ledger.apply(resume)
-    assert await redis.hget(keys.run(RUN), "status") == b"handed_off"
-    assert await redis.ttl(keys.run(RUN)) > 0
+        run, decider, turn=run.turn + 1, max_turns=5, deadline_ms=None,
+        max_total_tokens=None, msg_id="m-1",
+    )  # fmt: skip
+    assert (await ledger.apply(resume)).ok
+    assert await redis.hget(keys.run(RUN), "status") == b"awaiting_model"
+    assert await redis.pttl(keys.run(RUN)) == -1 and await redis.pttl(log) == -1
