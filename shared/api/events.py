@@ -25,6 +25,7 @@ from callgate.ledger.reads import redis_errors
 from callgate.ops.trace import as_json
 from callgate.records import entry_events, event_order, read_from
 from callgate.states import RUN_TERMINAL
+from callgate.streams.commands import text
 
 router = APIRouter(tags=["events"], responses={code: PROBLEM_SCHEMA for code in (401, 404)})
 
@@ -121,8 +122,4 @@ async def _read(
         for event in entry_events(entry_id, fields)
         if event_order(event.id) > after
     ]
-    return as_json(events), (_text(entries[-1][0]) if entries else entry)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return as_json(events), (text(entries[-1][0]) if entries else entry)

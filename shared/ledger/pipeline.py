@@ -75,12 +75,14 @@ class AutoPipeline:
         reply of a command that failed, or the exception that failed the whole flush.
 
         `ValueError` for a command that is not one of the ledger's (`WIRE_COMMANDS`)."""
-        steps = sum(1 for command in commands if command[0] == "apply")
+        steps = 0
+        for command in commands:
+            if command[0] == "apply":
+                steps += 1
+            elif command[0] not in WIRE_COMMANDS:
+                raise ValueError(f"{command[0]!r} is not a ledger command; use the client")
         if steps and steps != len(commands):
             raise ValueError("a request is either ledger steps or other commands, not both")
-        for command in commands:
-            if command[0] not in WIRE_COMMANDS and not steps:
-                raise ValueError(f"{command[0]!r} is not a ledger command; use the client")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._queue.append((commands, future))

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import redis
 
-from callgate.ledger.group import APPLY_LUA, APPLY_SHA
+from callgate.ledger.group import APPLY_LUA, APPLY_SHA, step_replies
 from callgate.ops.bench import throughput
 from callgate.ops.bench.harness import Deployment
 from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server, free_port
@@ -139,9 +139,11 @@ def _replay(steps: list[list[bytes]]) -> dict[str, Any]:
             for argv in steps[start : start + _PIPELINE]:
                 pipe.evalsha(APPLY_SHA, int(argv[2]), *cast(list[str], argv[3:]))
             replies = pipe.execute(raise_on_error=False)
-            for reply in replies:  # a reply a step, or the call's own error
-                steps_replied = reply if isinstance(reply, list) else [reply]
-                failed += sum(1 for r in steps_replied if not isinstance(r, list) or r[0] != 1)
+            for argv, reply in zip(steps[start : start + _PIPELINE], replies, strict=True):
+                names = argv[-1].count(b"+") + 1
+                failed += sum(
+                    1 for r in step_replies(reply, names) if isinstance(r, Exception) or r[0] != 1
+                )
         client.shutdown(nosave=True)
     finally:
         client.close()
