@@ -30,6 +30,7 @@ from callgate.facts import (
     decide,
 )
 from callgate.ledger.binding import Binding, bind
+from callgate.ledger.run_index import reused_provider_id
 from callgate.ledger.steps import items_json
 from callgate.ledger.store import require_calls
 from callgate.ledger.tx import Tx, TxResult
@@ -226,7 +227,7 @@ class ModelTurn:
         finally:
             if not tx.applied:
                 self._carry.started.drop(key, started)
-        if result.failed and result.failed.key == self.rt.keys.provider_calls(run.run_id):
+        if reused_provider_id(result.failed, self.rt.keys.run_index(run.run_id)):
             await self._refuse_reused_ids(run, step, outcome, delivery)
         return result
 

@@ -65,13 +65,10 @@ class Keys:
     def call(self, run_id: str, call_id: str) -> str:
         return f"{self._run_tag(run_id)}:call:{run_id}:{call_id}"
 
-    def provider_calls(self, run_id: str) -> str:
-        """Hash of the provider call ids a run's calls carry → call id (reuse is refused)."""
-        return f"{self._run_tag(run_id)}:pcalls:{run_id}"
-
-    def turn_calls(self, run_id: str, turn: int) -> str:
-        """Ordered list of the call ids one turn produced (provider order)."""
-        return f"{self._run_tag(run_id)}:tcalls:{run_id}:{turn}"
+    def run_index(self, run_id: str) -> str:
+        """Hash of what a run made, so that one read finds every key it must expire and a
+        step refuses a reused provider call id (`callgate.ledger.run_index`)."""
+        return f"{self._run_tag(run_id)}:index:{run_id}"
 
     def events(self, run_id: str) -> str:
         return f"{self._run_tag(run_id)}:events:{run_id}"

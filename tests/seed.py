@@ -27,12 +27,8 @@ def seed_tx(ledger: Ledger, run: RunRecord, calls: Sequence[CallRecord] = ()) ->
     key = ledger.keys.run(run.run_id)
     tx = Tx().expect_missing(key).hset(key, run.to_hash())
     tx.zadd(ledger.keys.runs_index(ledger.keys.partition(run.run_id)), {run.run_id: 1.0})
-    for call in calls:
-        ledger.create_call(tx, call)
-    turns = sorted({call.turn for call in calls})
-    for turn in turns:
-        ids = [c.call_id for c in sorted(calls, key=lambda c: c.index) if c.turn == turn]
-        tx.rpush(ledger.keys.turn_calls(run.run_id, turn), *ids)
+    for turn in sorted({call.turn for call in calls}):
+        ledger.create_calls(tx, sorted((c for c in calls if c.turn == turn), key=lambda c: c.index))
     return tx
 
 

@@ -26,7 +26,7 @@ PARTITIONS='{p[0-9]} {p[1-9][0-9]} {p[1-9][0-9][0-9]} {p1[0-9][0-9][0-9]}'
 # Every key kind named `cg:{pN}:<kind>:<run id>…`, and every partition index a tenant has its
 # own copy of, `cg:{pN}:<index>:<tenant>.` (tests/unit/test_tenancy.py keeps both in step with
 # callgate.keys).
-RUN_KINDS='run hist raw call pcalls tcalls events appr dseen whcur whask'
+RUN_KINDS='run hist raw call index events appr dseen whcur whask'
 TENANT_INDICES='runs approvals:pending calls:unresolved'
 
 fail() {

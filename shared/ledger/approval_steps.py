@@ -16,6 +16,7 @@ from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import ApprovalRequested
 from callgate.ledger.dispatch import Decided, dispatch
 from callgate.ledger.reads import Reads
+from callgate.ledger.run_index import approval_field
 from callgate.ledger.tx import Tx
 from callgate.records import CallRecord, Effect, error_result
 from callgate.states import CallState, RunState
@@ -41,6 +42,8 @@ class ApprovalSteps(Reads):
         the notification a person (Slack, `callgate approvals`) acts on."""
         key = self.keys.approval(approval.run_id, approval.approval_id)
         tx.expect_missing(key).hset(key, approval.to_hash())
+        index = self.keys.run_index(approval.run_id)  # so the run's end finds the record
+        tx.vouch(index).hset(index, {approval_field(approval.approval_id): approval.call_id})
         self.inbox_add(
             tx,
             self.keys.pending_approvals,

@@ -19,7 +19,8 @@ from callgate.auth.tenancy import prefix_tenant
 from callgate.clock import now_ms
 from callgate.config import Settings
 from callgate.keys import IndexOf, Keys
-from callgate.ledger.tx import Tx
+from callgate.ledger.run_index import provider_field, turn_field
+from callgate.ledger.tx import Tx, Value
 from callgate.records import CallRecord, RunRecord, encode_fields, result_code
 from callgate.redact import redact
 from callgate.states import CallState, RunState, check_call, check_run
@@ -159,21 +160,41 @@ class LedgerBase:
         self.event(tx, run_id, "call.transition", sensitive=sensitive, **data)
         return tx
 
-    def create_call(
-        self, tx: Tx, call: CallRecord, *, sensitive: Collection[str] = frozenset()
+    def create_calls(
+        self, tx: Tx, calls: Sequence[CallRecord], *, sensitive: Collection[str] = frozenset()
     ) -> Tx:
-        """Append the create-once of a call record (state as given, normally ``requested``);
-        it fails, like a lost race, if the run already has a call with its provider call id."""
+        """Append the create-once of one turn's calls (state as given, normally
+        ``requested``), in provider order, and their turn's entry in the run's index; it fails,
+        like a lost race, if the turn already made calls or the run already has a call with one
+        of their provider call ids (results pair by those: none is used twice)."""
+        if not calls:
+            raise ValueError("create_calls needs the turn's calls")
+        run_id, turn = calls[0].run_id, calls[0].turn
+        if any((call.run_id, call.turn) != (run_id, turn) for call in calls):
+            raise ValueError("create_calls takes the calls of one turn of one run")
+        index = self.keys.run_index(run_id)
+        tx.expect_field_missing(index, turn_field(turn))
+        entries: dict[str, Value] = {turn_field(turn): orjson.dumps([c.call_id for c in calls])}
+        for call in calls:
+            tx.expect_field_missing(index, provider_field(call.provider_call_id))
+            entries[provider_field(call.provider_call_id)] = call.call_id
+        tx.vouch(index).hset(index, entries)
         stamp = now_ms()
+        for call in calls:
+            self._create_call(tx, call, stamp, sensitive)
+        return tx
+
+    def _create_call(
+        self, tx: Tx, call: CallRecord, stamp: int, sensitive: Collection[str]
+    ) -> None:
+        """One call's record and event.  Its turn's field was found missing in the run's index,
+        which the step that writes a call record writes too: the record does not exist, and
+        only the workers write call records, as hashes (`Tx.vouch`)."""
         if not call.created_ms:
             call = call.model_copy(update={"created_ms": stamp, "updated_ms": stamp})
         key = self.keys.call(call.run_id, call.call_id)
-        tx.expect_missing(key).hset(key, call.to_hash())
-        # Results pair by provider call id: one already used in this run is never reused.
-        provider_calls = self.keys.provider_calls(call.run_id)
-        tx.expect_field_missing(provider_calls, call.provider_call_id)
-        tx.hset(provider_calls, {call.provider_call_id: call.call_id})
-        return self.event(
+        tx.vouch(key).hset(key, call.to_hash())
+        self.event(
             tx,
             call.run_id,
             "call.created",
@@ -254,17 +275,12 @@ class LedgerBase:
         return [partition] if copy is None else [partition, copy]
 
     def finish_run_ttl(
-        self,
-        tx: Tx,
-        run_id: str,
-        call_ids: Iterable[str] = (),
-        turns: int | Iterable[int] = 0,
-        approval_ids: Iterable[str] = (),
+        self, tx: Tx, run_id: str, call_ids: Iterable[str] = (), approval_ids: Iterable[str] = ()
     ) -> Tx:
         """Let every key of a finished run expire after ``settings.retention_s``.
 
-        ``turns`` is the last turn (turns 1..n) or the turns themselves.  Call and approval
-        records expire only if their ids are passed: `Ledger.retention` reads them.  The log
+        Call and approval records expire only if their ids are passed: `Ledger.retention`
+        reads them.  The log
         expires `LOG_OUTLIVES_S` after the rest (`_log_outlives`).  The
         run leaves the deadline index now (a finished run has no deadline left); its entry in
         the runs index and the inbox go once its keys expired (`Ledger.prune_expired_runs`).
@@ -273,16 +289,12 @@ class LedgerBase:
         deadlines = keys.deadlines(keys.partition(run_id))
         tx.vouch(deadlines).zrem(deadlines, run_id)
         log, retention_s = keys.events(run_id), self.settings.retention_s
-        for key in self.run_keys(run_id, call_ids, turns, approval_ids):
+        for key in self.run_keys(run_id, call_ids, approval_ids):
             tx.expire(key, retention_s + LOG_OUTLIVES_S if key == log else retention_s)
         return tx
 
     def run_keys(
-        self,
-        run_id: str,
-        call_ids: Iterable[str],
-        turns: int | Iterable[int],
-        approval_ids: Iterable[str],
+        self, run_id: str, call_ids: Iterable[str], approval_ids: Iterable[str]
     ) -> Iterator[str]:
         """Every key a run made: what expires when it ends, and lives on when it resumes."""
         keys = self.keys
@@ -291,10 +303,8 @@ class LedgerBase:
             keys.history(run_id),
             keys.raw_responses(run_id),
             keys.events(run_id),
-            keys.provider_calls(run_id),
+            keys.run_index(run_id),
             keys.decisions_seen(run_id),
         )
         yield from (keys.call(run_id, call_id) for call_id in call_ids)
-        turn_list = range(1, turns + 1) if isinstance(turns, int) else turns
-        yield from (keys.turn_calls(run_id, turn) for turn in turn_list)
         yield from (keys.approval(run_id, approval_id) for approval_id in approval_ids)

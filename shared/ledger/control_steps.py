@@ -74,7 +74,7 @@ class ControlSteps(ResolveSteps):
             reason=reason,
             msg_id=msg_id,
         )
-        return await self.retention(tx, run.run_id, run.turn)
+        return await self.retention(tx, run.run_id)
 
     async def resume_run(
         self,
@@ -128,9 +128,8 @@ class ControlSteps(ResolveSteps):
         next end is announced too.  Once per person's or service's action, never per call."""
         watch = self.keys.webhooks(self.keys.partition(run.run_id), "watch")
         tx.zadd(watch, {run.run_id: 0}, nx=True)
-        calls = await self.run_calls(run.run_id, run.turn)
-        approvals = [c.approval_id for c in calls if c.approval_id is not None]
-        for key in self.run_keys(run.run_id, [c.call_id for c in calls], run.turn, approvals):
+        index = await self.run_index(run.run_id)
+        for key in self.run_keys(run.run_id, index.call_ids(), index.approval_ids):
             tx.persist(key)
 
     async def continue_run(

@@ -27,6 +27,7 @@ from callgate.keys import Keys
 from callgate.ledger.base import LedgerBase
 from callgate.ledger.group import APPLY_LUA
 from callgate.ledger.pipeline import AutoPipeline, Command
+from callgate.ledger.run_index import RunIndex, provider_field, turn_call_ids, turn_field
 from callgate.ledger.tx import Tx, TxResult
 from callgate.records import CallRecord, Event, RunRecord, entry_events
 from callgate.states import CallState, RunState
@@ -146,11 +147,13 @@ class Reads(LedgerBase):
         self, run_id: str, turn: int
     ) -> tuple[RunRecord | None, list[str]]:
         """The run and the call ids of its turn ``turn``, in one round trip."""
-        turn_calls = self.keys.turn_calls(run_id, turn)
         raw_run, ids = await self._reads(
-            [("hgetall", self.keys.run(run_id)), ("lrange", turn_calls, 0, -1)]
+            [
+                ("hgetall", self.keys.run(run_id)),
+                ("hget", self.keys.run_index(run_id), turn_field(turn)),
+            ]
         )
-        return (RunRecord.from_hash(raw_run) if raw_run else None), [_text(i) for i in ids]
+        return (RunRecord.from_hash(raw_run) if raw_run else None), turn_call_ids(ids)
 
     async def get_calls(self, run_id: str, call_ids: Sequence[str]) -> list[CallRecord]:
         """The calls in the order asked, in one round trip; `NotFoundError` if any is missing."""
@@ -161,8 +164,9 @@ class Reads(LedgerBase):
 
     async def turn_calls(self, run_id: str, turn: int) -> list[CallRecord]:
         """Every call of one turn, in provider order (two round trips)."""
-        ids = await self._cmd("lrange", self.keys.turn_calls(run_id, turn), 0, -1)
-        return await self.get_calls(run_id, [_text(i) for i in ids]) if ids else []
+        raw = await self._cmd("hget", self.keys.run_index(run_id), turn_field(turn))
+        ids = turn_call_ids(raw)
+        return await self.get_calls(run_id, ids) if ids else []
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """The provider-native conversation, exactly as it must be resent."""
@@ -217,11 +221,13 @@ class Reads(LedgerBase):
             for entry_id, fields in entries
         ]
 
+    async def run_index(self, run_id: str) -> RunIndex:
+        """What the run made: its turns' calls, its approvals (one round trip)."""
+        return RunIndex.from_hash(await self._cmd("hgetall", self.keys.run_index(run_id)))
+
     async def run_call_ids(self, run_id: str, last_turn: int) -> list[str]:
         """Every call id of turns 1..``last_turn``, in turn and provider order (one round trip)."""
-        keys = [self.keys.turn_calls(run_id, turn) for turn in range(1, last_turn + 1)]
-        lists = await self._reads([("lrange", key, 0, -1) for key in keys])
-        return [_text(call_id) for ids in lists for call_id in ids]
+        return (await self.run_index(run_id)).call_ids(last_turn)
 
     async def run_calls(self, run_id: str, last_turn: int) -> list[CallRecord]:
         """Every call of turns 1..``last_turn``, in turn and provider order (two round trips)."""
@@ -235,7 +241,8 @@ class Reads(LedgerBase):
         the index `create_call` fills): results pair by them, so none may be used twice."""
         if not provider_call_ids:
             return []
-        seen = await self._cmd("hmget", self.keys.provider_calls(run_id), *provider_call_ids)
+        fields = [provider_field(pid) for pid in provider_call_ids]
+        seen = await self._cmd("hmget", self.keys.run_index(run_id), *fields)
         return [pid for pid, hit in zip(provider_call_ids, seen, strict=True) if hit is not None]
 
     # ---- the facts each hop decides on, from the ledger (`callgate.facts`) ------------
@@ -263,15 +270,11 @@ class Reads(LedgerBase):
         return ExecFacts.of(run, call)
 
     # ---- retention -------------------------------------------------------------------
-    async def retention(self, tx: Tx, run_id: str, last_turn: int) -> Tx:
-        """Append `finish_run_ttl` for every key the run made: its calls (turns 1..``last_turn``)
-        and their approvals are read here, two round trips."""
-        call_ids = await self.run_call_ids(run_id, last_turn)
-        found = await self._reads(
-            [("hget", self.keys.call(run_id, call_id), "approval_id") for call_id in call_ids]
-        )
-        approval_ids = [_text(a) for a in found if a is not None]
-        return self.finish_run_ttl(tx, run_id, call_ids, last_turn, approval_ids)
+    async def retention(self, tx: Tx, run_id: str) -> Tx:
+        """Append `finish_run_ttl` for every key the run made: its calls and approvals are
+        read from its index, one round trip."""
+        index = await self.run_index(run_id)
+        return self.finish_run_ttl(tx, run_id, index.call_ids(), index.approval_ids)
 
     async def prune_expired_runs(self, partition: int, now: int, limit: int = 1000) -> int:
         """Drop the index entries of runs whose keys expired: the runs index and the inbox of

@@ -121,7 +121,7 @@ class LoopSteps(CallSteps):
             shown=dict(shown),
         )
         if status in RUN_TERMINAL:
-            await self.retention(tx, run.run_id, run.turn)
+            await self.retention(tx, run.run_id)
         return tx
 
     def start_calls(
@@ -134,11 +134,8 @@ class LoopSteps(CallSteps):
     ) -> Tx:
         """Record the turn's calls and the assistant's items; hand the calls to the validator."""
         tx.step = "start_calls"
-        for call in calls:
-            self.create_call(tx, call)
+        self.create_calls(tx, calls)
         call_ids = [call.call_id for call in calls]
-        turn_calls = self.keys.turn_calls(run.run_id, run.turn)
-        tx.vouch(turn_calls).rpush(turn_calls, *call_ids)
         self.append_history(tx, run.run_id, assistant)
         self.run_transition(
             tx, run.run_id, [RunState.AWAITING_MODEL], RunState.VALIDATING, expect_turn=run.turn
@@ -209,4 +206,4 @@ class LoopSteps(CallSteps):
                     tx, run.run_id, call.call_id, [call.state], CallState.CANCELLED, fields=ended
                 )
                 self.withdraw_approval(tx, run.run_id, call.approval_id, None, why)
-        return await self.retention(tx, run.run_id, run.turn)
+        return await self.retention(tx, run.run_id)

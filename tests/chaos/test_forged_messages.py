@@ -282,7 +282,7 @@ async def test_a_flood_of_tool_calls_is_not_recorded_run_or_kept(
     assert view["reason"].startswith("too many tool calls: 2000"), view["reason"]
     assert view["calls"] == [] and await _travel_requests(fresh) == 0
     async with _redis(fresh) as redis:
-        assert await redis.exists(fresh.keys.turn_calls(run_id, 1)) == 0
+        assert await redis.hexists(fresh.keys.run_index(run_id), "t:1") == 0
         assert await redis.exists(fresh.keys.call(run_id, "t1.0")) == 0
         raw = redis.hgetall(fresh.keys.raw_responses(run_id))
         kept = await cast(Awaitable[dict[bytes, bytes]], raw)

@@ -65,7 +65,7 @@ async def _live_run(
         run_id=run_id, call_id="t2.0", turn=2, index=0, provider_call_id="p-1", tool=tool,
         state=state, attempts=attempts,
     )  # fmt: skip
-    ledger.create_call(tx, call)
+    ledger.create_calls(tx, [call])
     assert (await ledger.apply(tx)).ok
 
 

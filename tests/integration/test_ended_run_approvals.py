@@ -27,7 +27,7 @@ HOUR_MS = 3_600_000
 
 async def _paused_on_approval(runtime: Runtime, run_id: str) -> ApprovalRecord:
     """A run paused on turn 1's one call, which waits for an events-lead (deadline passed)."""
-    ledger, keys = runtime.ledger, runtime.keys
+    ledger = runtime.ledger
     run = RunRecord(
         run_id=run_id, api="openai-responses", model="m", input="hi", turn=1,
         status=RunState.PAUSED_APPROVAL, deadline_ms=now_ms() - 1,
@@ -42,8 +42,7 @@ async def _paused_on_approval(runtime: Runtime, run_id: str) -> ApprovalRecord:
         tool="reserve_seat", state=CallState.NEEDS_APPROVAL, approval_id=approval.approval_id,
     )  # fmt: skip
     tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
-    ledger.create_call(tx, call)
-    tx.rpush(keys.turn_calls(run_id, 1), call.call_id)
+    ledger.create_calls(tx, [call])
     ledger.request_approval(tx, approval, {})
     assert (await ledger.apply(tx)).ok
     assert [a.approval_id for a in await _desk(runtime).pending()] == [approval.approval_id]

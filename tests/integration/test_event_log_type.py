@@ -57,7 +57,7 @@ async def test_a_runs_log_outlives_every_record_of_it_so_a_step_on_a_record_find
     assert run is not None
     assert (await ledger.apply(await ledger.end_run(run, RunState.HANDED_OFF, "budget"))).ok
     log = keys.events(RUN)
-    others = [key for key in ledger.run_keys(RUN, [], 1, []) if key != log]
+    others = [key for key in ledger.run_keys(RUN, [], []) if key != log]
     ttls = {key: await redis.pttl(key) for key in others if await redis.exists(key)}
     assert keys.run(RUN) in ttls and all(ttl > 0 for ttl in ttls.values())
     assert await redis.pttl(log) > max(ttls.values()) + LOG_OUTLIVES_S * 1000 // 2

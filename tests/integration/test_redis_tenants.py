@@ -212,7 +212,7 @@ def acme_reads(view: dict[str, Any], approval_id: str) -> list[tuple[str | int, 
         ("HGETALL", KEYS.run(run_id)),
         ("LRANGE", KEYS.history(run_id), 0, -1),
         ("HGETALL", KEYS.raw_responses(run_id)),
-        ("HGETALL", KEYS.provider_calls(run_id)),
+        ("HGETALL", KEYS.run_index(run_id)),
         ("XRANGE", KEYS.events(run_id), "-", "+"),
         ("XREVRANGE", KEYS.events(run_id), "+", "-"),
         ("XREAD", "COUNT", 1, "STREAMS", KEYS.events(run_id), "0-0"),
@@ -223,7 +223,6 @@ def acme_reads(view: dict[str, Any], approval_id: str) -> list[tuple[str | int, 
         ("ZRANGE", KEYS.unresolved_calls(0, "acme"), 0, -1),
         ("GET", f"arq:result:{run_id}"),
     ]
-    reads += [("LRANGE", KEYS.turn_calls(run_id, turn), 0, -1) for turn in (1, 2)]
     reads += [("HGETALL", KEYS.call(run_id, c["call_id"])) for c in view["calls"]]
     return reads
 
@@ -440,7 +439,7 @@ def test_a_tenants_patterns_match_no_look_alike_key(tenants: Tenants) -> None:
     look_alikes = [
         ("HGETALL", KEYS.run("globex.x:acme.y")),
         ("HGETALL", KEYS.call("globex.x", "acme.y")),
-        ("LRANGE", KEYS.turn_calls("globex.acme.", 1), 0, -1),
+        ("HGETALL", KEYS.run_index("globex.acme.")),
         ("ZRANGE", KEYS.runs_index(0), 0, -1),
         ("ZRANGE", KEYS.runs_index(0, "globex"), 0, -1),
         ("HGETALL", "cg:acme.x"),

@@ -8,6 +8,7 @@ import redis.asyncio as aioredis
 
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.decisions.record import ApprovalRecord
 from callgate.keys import Keys
 from callgate.ledger.base import LOG_OUTLIVES_S
 from callgate.ledger.store import Ledger
@@ -44,9 +45,13 @@ async def _run_with_everything(ledger: Ledger, run_id: str) -> RunRecord:
             state=CallState.SUCCEEDED,
             approval_id="apr-1" if turn == 2 else None,
         )
-        ledger.create_call(tx, call)
-        tx.rpush(keys.turn_calls(run_id, turn), call.call_id)
-    tx.hset(keys.approval(run_id, "apr-1"), {"state": "approved"})
+        ledger.create_calls(tx, [call])
+    approval = ApprovalRecord(
+        approval_id="apr-1", run_id=run_id, turn=2, call_id="t2.0", tool="book",
+        tool_version="1", args_hash="h" * 64, arguments="{}", requested_by="alice",
+        approver_role="ops", expires_ms=now_ms() + 60_000,
+    )  # fmt: skip
+    ledger.request_approval(tx, approval, {})
     tx.hset(keys.raw_responses(run_id), {"1": '{"id": "r1"}'})
     assert (await ledger.apply(tx)).ok
     return run
@@ -67,7 +72,7 @@ async def test_every_key_of_a_finished_run_gets_the_retention(
 
     names = [n async for n in redis.scan_iter(f"{settings.key_prefix}:*run-r1*")]
     kinds = {n.decode().split(":")[2] for n in names}
-    assert kinds == {"run", "hist", "raw", "events", "call", "tcalls", "appr", "pcalls"}
+    assert kinds == {"run", "hist", "raw", "events", "call", "index", "appr"}
     for name in names:  # the log a second after the rest (LOG_OUTLIVES_S)
         assert 0 < await redis.ttl(name) <= 3600 + LOG_OUTLIVES_S, name
     deadlines = ledger.keys.deadlines(ledger.keys.partition("run-r1"))
@@ -102,17 +107,19 @@ async def test_the_inbox_forgets_unresolved_calls_whose_run_expired(
     for run_id in ("run-gone", "run-waiting"):
         run = RunRecord(run_id=run_id, api="openai-chat", model="m", input="hi")
         tx = ledger.start_run(run, [])
-        ledger.create_call(
+        ledger.create_calls(
             tx,
-            CallRecord(
-                run_id=run_id,
-                call_id="t1.0",
-                turn=1,
-                index=0,
-                provider_call_id="p1",
-                tool="book",
-                state=CallState.UNRESOLVED,
-            ),
+            [
+                CallRecord(
+                    run_id=run_id,
+                    call_id="t1.0",
+                    turn=1,
+                    index=0,
+                    provider_call_id="p1",
+                    tool="book",
+                    state=CallState.UNRESOLVED,
+                )
+            ],
         )
         assert (await ledger.apply(tx)).ok
     inbox = keys.unresolved_calls(0)

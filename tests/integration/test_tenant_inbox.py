@@ -78,8 +78,7 @@ def _call(run_id: str, state: CallState, approval_id: str | None = None) -> Call
 
 async def _start(ledger: Ledger, run: RunRecord, call: CallRecord) -> None:
     tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
-    ledger.create_call(tx, call)
-    tx.rpush(ledger.keys.turn_calls(run.run_id, 1), call.call_id)
+    ledger.create_calls(tx, [call])
     assert (await ledger.apply(tx)).ok
 
 

@@ -44,8 +44,7 @@ async def _validating(rt: Runtime, run_id: str) -> None:
         raw_arguments=ARGUMENTS, state=CallState.REQUESTED,
     )  # fmt: skip
     tx = rt.ledger.start_run(run, [{"role": "user", "content": "sign it"}])
-    rt.ledger.create_call(tx, call)
-    tx.rpush(rt.keys.turn_calls(run_id, 1), call.call_id)
+    rt.ledger.create_calls(tx, [call])
     assert (await rt.ledger.apply(tx)).ok
 
 

@@ -58,8 +58,8 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
         )
         # Seeded straight into the ledger: this scenario measures executors alone.
         tx = Tx("bench_seed").hset(ledger.keys.run(run_id), run.to_hash())
-        for index in range(min(CALLS_PER_RUN, count - start)):
-            call = CallRecord(
+        seeded = [
+            CallRecord(
                 run_id=run_id,
                 call_id=f"t1.{index}",
                 turn=1,
@@ -73,8 +73,10 @@ async def load_calls(deployment: Deployment, count: int, tool: str = "bench_slee
                 state=CallState.ALLOWED,
                 decision="allowed",
             )
-            ledger.create_call(tx, call)
-            calls.append((run_id, call.call_id))
+            for index in range(min(CALLS_PER_RUN, count - start))
+        ]
+        ledger.create_calls(tx, seeded)
+        calls += [(run_id, call.call_id) for call in seeded]
         txs.append(tx)
     for chunk in range(0, len(txs), 50):
         await ledger.apply_many(txs[chunk : chunk + 50])
