@@ -152,6 +152,10 @@ class Tx:
         self._op_shape: list[int] = []
         self._vouched: set[int] = set()
         self._op_args: list[Arg] = []
+        self._hsets: dict[int, list[Arg]] = {}
+        """Key index → fields of an HSET not appended yet: a step's HSETs of one key with no
+        other op on it between them go as one (a run's token usage and its transition), one
+        command fewer for the script to run."""
         self.ops = 0
         self.xadds = 0
         self._events: dict[str, tuple[int, list[tuple[str, bytes]]]] = {}
@@ -218,6 +222,8 @@ class Tx:
         if not args:
             raise ValueError(f"{code} on {key!r} with nothing to write")
         number, index = _CODE[code], self._key(key)
+        if self._hsets and index in self._hsets:
+            self._append_hset(index)
         if index in self._vouched:
             number |= _VOUCHED
         if len(args) <= _MAX_ARGS_PER_OP:  # nearly every op: no slicing, no loop
@@ -275,12 +281,25 @@ class Tx:
                     shape[at] |= _VOUCHED
         return self
 
-    # Ops, applied in order once every guard holds.
+    # Ops, applied in order (per key) once every guard holds.
     def hset(self, key: str, mapping: Mapping[str, Value]) -> Tx:
+        """Set fields of hash ``key``; joined with the step's HSET of it just before, if no
+        other op on ``key`` came between (a later field of the same name wins, as in HSET)."""
         flat: list[Arg] = []
         for name, value in mapping.items():
             flat += [name, _arg(value)]
-        return self._op("hset", key, flat, step=2)
+        if not flat:
+            raise ValueError(f"hset on {key!r} with nothing to write")
+        index = self._key(key)
+        pending = self._hsets.get(index)
+        if pending is None:
+            self._hsets[index] = flat
+        else:
+            pending += flat
+        return self
+
+    def _append_hset(self, index: int) -> None:
+        self._op("hset", self.keys[index - 1], self._hsets.pop(index), step=2)
 
     def hdel(self, key: str, *fields: str) -> Tx:
         return self._op("hdel", key, list(fields))
@@ -339,7 +358,10 @@ class Tx:
 
     def persist(self, key: str) -> Tx:
         """Remove ``key``'s expiry: a finished run that a person resumes lives on."""
-        self._op_shape += _entry(_CODE["persist"], self._key(key), 0)
+        index = self._key(key)
+        if index in self._hsets:
+            self._append_hset(index)
+        self._op_shape += _entry(_CODE["persist"], index, 0)
         self.ops += 1
         return self
 
@@ -356,6 +378,8 @@ class Tx:
     def encode(self) -> tuple[list[str], list[Arg]]:
         """Its keys and its arguments (the shape, then every entry's arguments), as a step of
         a script call (`callgate.ledger.group` puts one or more in one)."""
+        for index in list(self._hsets):
+            self._append_hset(index)
         if self._events:
             self._write_events()
         shape, args = self._guard_entries()

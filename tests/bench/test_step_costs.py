@@ -15,12 +15,12 @@ pytestmark = pytest.mark.slow
 API = "openai-responses"
 EXPECTED: dict[str, tuple[float, float]] = {
     "start_run": (0.1, 8.0),
-    "start_calls": (0.5, 18.0),
+    "start_calls": (0.5, 13.0),
     "decide_calls": (0.5, 11.0),
     "take_call": (1.0, 5.0),
     "settle_call": (1.0, 6.0),
     "advance_turn": (0.5, 9.0),
-    "finish_turn": (0.1, 32.0),
+    "finish_turn": (0.1, 25.0),
 }
 """Step → (runs per tool call, commands per run: its EVALSHA and what its script ran) for
 bench-parallel: five turns of two parallel reads, then the answer."""

@@ -120,3 +120,37 @@ async def test_steps_of_different_slots_never_share_a_script_call(
     # steps alone: four calls (and the count's own), none mixing the two slots.
     assert await _script_calls(redis, ledger) - before == 4 + 1
     assert await redis.hget(k("b", slot="h"), "f") == b"1"
+
+
+async def test_a_groups_acks_go_as_one_xack_and_only_for_the_steps_that_applied(
+    ledger: Ledger, redis: aioredis.Redis
+) -> None:
+    """Each step acks the message it handled; the group's acks of one stream go as one XACK,
+    and a message whose step was refused or failed stays pending, to come again."""
+    k = Own()
+    await redis.xgroup_create(k("in"), "g", id="0", mkstream=True)
+    for n in range(4):
+        await redis.xadd(k("in"), {"n": str(n)})
+    delivered = await redis.xreadgroup("g", "me", {k("in"): ">"})
+    ids = [entry_id.decode() for entry_id, _ in delivered[0][1]]
+    await redis.hset(k("b"), "state", "taken")
+    await redis.xadd(k("full"), {"f": "v"}, id=LAST_ID)
+    steps = [
+        _write(k("a"), k("log")),
+        _write(k("b"), k("log"), guard="free"),  # refused
+        Tx("a_step").hset(k("c"), {"state": "done"}).xadd(k("full"), {"f": "w"}),  # fails
+        _write(k("d"), k("log")),
+    ]
+    for step, entry_id in zip(steps, ids, strict=True):
+        step.vouch(k("in")).xack(k("in"), "g", entry_id)
+    acks_before = await _calls_of(redis, "xack")
+    results = await asyncio.gather(*(ledger.apply(s) for s in steps), return_exceptions=True)
+    assert await _calls_of(redis, "xack") - acks_before == 1
+    assert [getattr(r, "ok", None) for r in results] == [True, False, None, True]
+    pending = await redis.xpending_range(k("in"), "g", min="-", max="+", count=10)
+    assert [p["message_id"].decode() for p in pending] == ids[1:3]
+
+
+async def _calls_of(redis: aioredis.Redis, command: str) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))

@@ -40,8 +40,10 @@ def _run(run_id: str = "run-1", **kw: object) -> RunRecord:
 
 
 def _call(call_id: str = "t1.0", state: CallState = C.REQUESTED, **kw: object) -> CallRecord:
+    """Call ``t<turn>.<index>``, of that turn."""
+    turn = int(call_id.split(".")[0].removeprefix("t"))
     return CallRecord(
-        run_id="run-1", call_id=call_id, turn=1, index=0, provider_call_id=f"p-{call_id}",
+        run_id="run-1", call_id=call_id, turn=turn, index=0, provider_call_id=f"p-{call_id}",
         tool="book", state=state, **kw,  # type: ignore[arg-type]
     )  # fmt: skip
 
@@ -77,7 +79,7 @@ async def test_a_run_starts_once_with_its_history_and_first_turn(
 async def test_fifty_contenders_exactly_one_takes_the_call(
     ledger: Ledger, keys: Keys, settings: Settings
 ) -> None:
-    await ledger.apply(ledger.create_call(Tx(), _call(state=C.APPROVED)))
+    await ledger.apply(ledger.create_calls(Tx(), [_call(state=C.APPROVED)]))
     clients = [aioredis.Redis.from_url(settings.redis_url) for _ in range(50)]
     try:
         await asyncio.gather(*(c.ping() for c in clients))  # connect first: race on the step only
@@ -241,7 +243,7 @@ async def test_calls_history_and_reads(ledger: Ledger, keys: Keys) -> None:
     with pytest.raises(NotFoundError):
         await ledger.get_calls("run-1", ["t1.0", "nope"])
     assert await ledger.reused_provider_call_ids("run-1", ["p-t1.1", "fresh"]) == ["p-t1.1"]
-    again = await ledger.apply(ledger.create_call(Tx(), _call("t1.0")))
+    again = await ledger.apply(ledger.create_calls(Tx(), [_call("t1.0")]))
     assert not again.ok
     missing = await ledger.apply(
         ledger.call_transition(Tx(), "run-1", "zz", C.ALLOWED, C.EXECUTING)
@@ -250,18 +252,18 @@ async def test_calls_history_and_reads(ledger: Ledger, keys: Keys) -> None:
 
 
 async def test_a_provider_call_id_is_used_once_per_run(ledger: Ledger, keys: Keys) -> None:
-    assert (await ledger.apply(ledger.create_call(Tx(), _call("t1.0")))).ok
+    assert (await ledger.apply(ledger.create_calls(Tx(), [_call("t1.0")]))).ok
     replayed = _call("t2.0").model_copy(update={"turn": 2, "provider_call_id": "p-t1.0"})
-    result = await ledger.apply(ledger.create_call(Tx(), replayed))
+    result = await ledger.apply(ledger.create_calls(Tx(), [replayed]))
     assert not result.ok and result.failed is not None
-    assert (result.failed.key, result.actual) == (keys.provider_calls("run-1"), "t1.0")
+    assert (result.failed.key, result.actual) == (keys.run_index("run-1"), "t1.0")
     assert await ledger.get_call("run-1", "t2.0") is None
 
 
 async def test_events_are_redacted_but_the_ledger_keeps_the_values(
     ledger: Ledger, keys: Keys
 ) -> None:
-    await ledger.apply(ledger.create_call(Tx(), _call(state=C.EXECUTING)))
+    await ledger.apply(ledger.create_calls(Tx(), [_call(state=C.EXECUTING)]))
     secret_args = {"card": "4111 1111", "api_key": "sk-live-000", "city": "Oslo"}
     tx = ledger.call_transition(
         Tx(), "run-1", "t1.0", C.EXECUTING, C.SUCCEEDED,
@@ -279,7 +281,7 @@ async def test_events_are_redacted_but_the_ledger_keeps_the_values(
     assert call.result == ok_result({"token": "abc", "n": 1})
 
     failed = error_result("not_found", "no train G9")
-    await ledger.apply(ledger.create_call(Tx(), _call("t2.0", state=C.ALLOWED)))
+    await ledger.apply(ledger.create_calls(Tx(), [_call("t2.0", state=C.ALLOWED)]))
     taken = ledger.call_transition(Tx(), "run-1", "t2.0", C.ALLOWED, C.EXECUTING, {"attempts": 1})
     assert (await ledger.apply(taken)).ok
     tx = ledger.call_transition(Tx(), "run-1", "t2.0", C.EXECUTING, C.FAILED, {"result": failed})
@@ -290,7 +292,7 @@ async def test_events_are_redacted_but_the_ledger_keeps_the_values(
 
 
 async def test_none_fields_are_deleted(ledger: Ledger, keys: Keys, redis: aioredis.Redis) -> None:
-    await ledger.apply(ledger.create_call(Tx(), _call(state=C.EXECUTING, reason="slow")))
+    await ledger.apply(ledger.create_calls(Tx(), [_call(state=C.EXECUTING, reason="slow")]))
     tx = ledger.call_transition(Tx(), "run-1", "t1.0", C.EXECUTING, C.EXECUTING, {"reason": None})
     assert (await ledger.apply(tx)).ok
     assert await redis.hexists(keys.call("run-1", "t1.0"), "reason") == 0
@@ -304,8 +306,7 @@ async def test_finish_and_fail_run_set_retention_on_every_key(
     executing = _run(turn=2, status=R.EXECUTING)
     tx = ledger.start_run(executing, [{"role": "user", "content": "hi"}])
     for turn in (1, 2):
-        ledger.create_call(tx, _call(f"t{turn}.0").model_copy(update={"turn": turn}))
-        tx.rpush(keys.turn_calls("run-1", turn), f"t{turn}.0")
+        ledger.create_calls(tx, [_call(f"t{turn}.0").model_copy(update={"turn": turn})])
     tx.hset(keys.raw_responses("run-1"), {"1": '{"id": "r"}'})
     assert (await ledger.apply(tx)).ok
     ended = await ledger.end_run(executing, R.FAILED, "dead letter: poison")
@@ -316,7 +317,7 @@ async def test_finish_and_fail_run_set_retention_on_every_key(
     assert run is not None and run.status == R.FAILED and run.reason == "dead letter: poison"
     prefix = f"{keys.tag(keys.partition('run-1'))}:"
     run_keys = [k for k in await redis.keys(f"{prefix}*") if b"run-1" in k]
-    assert len(run_keys) == 9  # run, history, raw, events, 2 calls, 2 turn lists, provider ids
+    assert len(run_keys) == 7  # run, history, raw, events, 2 calls, its index
     for key in run_keys:
         ttl = await redis.ttl(key)  # the log a second after the rest (LOG_OUTLIVES_S)
         assert 0 < ttl <= settings.retention_s + LOG_OUTLIVES_S, key
@@ -333,8 +334,7 @@ async def test_every_key_of_a_run_shares_one_slot(
         p = keys.partition(run_id)
         names = [
             keys.run(run_id), keys.history(run_id), keys.raw_responses(run_id),
-            keys.call(run_id, "c1"), keys.turn_calls(run_id, 3), keys.events(run_id),
-            keys.provider_calls(run_id),
+            keys.call(run_id, "c1"), keys.run_index(run_id), keys.events(run_id),
             keys.approval(run_id, "a1"), keys.dead_letter(p), keys.runs_index(p),
             *(keys.run_stream(kind, run_id) for kind in STREAM_KINDS),
         ]  # fmt: skip
@@ -347,7 +347,7 @@ async def test_every_key_of_a_run_shares_one_slot(
             tx.hset(name, {"x": 1})
     assert len(used) == partitions  # partitions really spread over slots
     ledger = Ledger(redis, keys, settings)
-    tx = ledger.finish_run_ttl(Tx(), "run-5", ["c1", "c2"], 3, ["a1"])
+    tx = ledger.finish_run_ttl(Tx(), "run-5", ["c1", "c2"], ["a1"])
     tx.xadd(keys.run_stream("exec", "run-5"), {"d": b"x"})
     assert (await ledger.apply(tx)).ok
 
@@ -379,3 +379,25 @@ async def test_values_reach_redis_byte_for_byte(
     assert result.ok
     assert await redis.hmget(key, ["s", "b", "raw"]) == [tricky.encode(), tricky.encode(), raw]
     assert (await redis.xrange(stream))[0][1][b"d"] == tricky.encode()
+
+
+async def test_a_provider_call_id_that_looks_like_a_turn_names_no_turn(ledger: Ledger) -> None:
+    """The run's index keeps provider call ids apart from its turns' fields, whatever text a
+    provider sends: a call id ``t:2`` in turn 1 does not block turn 2's calls."""
+    looks_like = _call("t1.0").model_copy(update={"provider_call_id": "t:2"})
+    assert (await ledger.apply(ledger.create_calls(Tx(), [looks_like]))).ok
+    assert (await ledger.apply(ledger.create_calls(Tx(), [_call("t2.0")]))).ok
+    assert [c.call_id for c in await ledger.turn_calls("run-1", 2)] == ["t2.0"]
+    assert await ledger.run_call_ids("run-1", 2) == ["t1.0", "t2.0"]
+
+
+async def test_a_steps_hsets_of_one_key_go_as_one_unless_an_op_on_it_comes_between(
+    redis: aioredis.Redis,
+) -> None:
+    k, other = "{s}hsets:k", "{s}hsets:other"
+    tx = Tx().hset(k, {"a": "1", "b": "1"}).hset(other, {"x": "1"}).hset(k, {"b": "2"})
+    tx.hdel(k, "a").hset(k, {"a": "3", "c": "3"}).hset(k, {"c": "4"})
+    ledger = Ledger(redis, Keys("t"), Settings())
+    assert (await ledger.apply(tx)).ok
+    assert tx.ops == 4  # k: HSET a b (b again), HDEL a, HSET a c (c again); other: HSET x
+    assert await redis.hgetall(k) == {b"b": b"2", b"a": b"3", b"c": b"4"}

@@ -162,12 +162,18 @@ local function check_op(ki, code, s, n, vouched)
   return nil
 end
 
--- Phase 2: writes; nothing here can fail after the checks above.
-local function write(first_op, count)
+-- A group's acks, by stream and consumer group: {key, group, ids...}, in first-use order.
+local acks, ack_of = {}, {}
+
+-- Phase 2: writes; nothing here can fail after the checks above.  Acks wait for the end of
+-- the group: the steps' acks of one stream go as one XACK.
+local function write(first_op, count, held)
   local ids = {}
   for i = first_op, count do
     local code, key, s, n = CODE[i], KEYS[KEY[i]], AT[i], N[i]
-    if code == 'xadd' then
+    if code == 'xack' then
+      held[#held + 1] = i
+    elseif code == 'xadd' then
       ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
     elseif code == 'xaddcap' then
       ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*',
@@ -181,8 +187,9 @@ local function write(first_op, count)
   return {1, ids}
 end
 
--- One step: its keys follow KEYS[kb], its arguments start at argv[ab] (its shape).
-local function apply_step(kb, ab)
+-- One step: its keys follow KEYS[kb], its arguments start at argv[ab] (its shape); the
+-- entries of its acks go into ``held``, to be sent once the step has applied.
+local function apply_step(kb, ab, held)
   local nreads, nguards, count = decode(kb, ab)
   planned, fields, counted = {}, {}, {}
   local got = read(nreads)
@@ -201,22 +208,45 @@ local function apply_step(kb, ab)
       return {2, 'CGTX op ' .. (i - first_op + 1) .. ' ' .. tostring(CODE[i]) .. ': ' .. why}
     end
   end
-  return write(first_op, count)
+  return write(first_op, count, held)
+end
+
+-- Hold a step's acks (entries of the step just decoded) for the group's XACKs.
+local function hold_acks(held)
+  for _, i in ipairs(held) do
+    local key, s, n = KEYS[KEY[i]], AT[i], N[i]
+    local id = key .. '\0' .. argv[s]
+    local ack = ack_of[id]
+    if not ack then
+      ack = {key, argv[s]}
+      ack_of[id], acks[#acks + 1] = ack, ack
+    end
+    for j = s + 1, s + n - 1 do ack[#ack + 1] = argv[j] end
+  end
 end
 
 -- The group: each step in a protected call, so an error in one (an impossible one, see
 -- above) ends that step alone, as it would have ended its own script call.
+-- The steps' acks of one stream and group go as one XACK at the end, only those of steps that
+-- applied: a message is settled in the script call that wrote what it caused, as a step's own
+-- XACK would have.  Phase 1 checked each ack's key is a stream; were an XACK still to fail,
+-- its messages would stay pending and come again, which every step's guards refuse, so its
+-- error must not turn the replies of steps that applied into an error.
 local header, replies = argv[1], {}
 local kb, ab = 0, 2
 for s = 1, #header, 6 do
   local h = {string.byte(header, s, s + 5)}
-  local ok, reply = pcall(apply_step, kb, ab)
+  local held = {}
+  local ok, reply = pcall(apply_step, kb, ab, held)
   if not ok then
     if type(reply) == 'table' then reply = reply.err end
     reply = {2, tostring(reply)}
+  elseif reply[1] == 1 then
+    hold_acks(held)
   end
   replies[#replies + 1] = reply
   kb = kb + h[1] * 256 + h[2]
   ab = ab + ((h[3] * 256 + h[4]) * 256 + h[5]) * 256 + h[6]
 end
+for _, ack in ipairs(acks) do redis.pcall('XACK', unpack(ack)) end
 return replies
