@@ -8,9 +8,12 @@ a worker reads every partition's stream in one XREADGROUP.)
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from redis.crc import key_slot
 
 TENANT_PATTERN = r"[a-z][a-z0-9_]{0,31}"
 """A tenant's name (`callgate.auth.tenancy`): safe inside a Redis user name, an environment
@@ -32,6 +35,22 @@ def tenant_index(index: str, tenant: str | None) -> str:
     (``…:<tenant>.``): deploy/redis/acl.sh lets the tenant's Redis users read that copy and
     no other's."""
     return index if tenant is None else f"{index}:{tenant}."
+
+
+@functools.lru_cache(maxsize=1024)
+def _tag_slot(tag: str) -> int:
+    return int(key_slot(tag.encode()))
+
+
+def slot_of(key: str) -> int:
+    """``key``'s cluster slot, as `redis.crc.key_slot` computes it, cached by hash tag: every
+    key of a run carries its partition's tag, and a step builds several."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return _tag_slot(key[start + 1 : end])
+    return int(key_slot(key.encode()))
 
 
 @dataclass(frozen=True, slots=True)

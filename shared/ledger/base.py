@@ -280,10 +280,10 @@ class LedgerBase:
         """Let every key of a finished run expire after ``settings.retention_s``.
 
         Call and approval records expire only if their ids are passed: `Ledger.retention`
-        reads them.  The log
-        expires `LOG_OUTLIVES_S` after the rest (`_log_outlives`).  The
-        run leaves the deadline index now (a finished run has no deadline left); its entry in
-        the runs index and the inbox go once its keys expired (`Ledger.prune_expired_runs`).
+        reads them from the run's index.  The log expires `LOG_OUTLIVES_S` after the rest
+        (`_log_outlives`).  The run leaves the deadline index now (a finished run has no
+        deadline left); its entry in the runs index and the inbox go once its keys expired
+        (`Ledger.prune_expired_runs`).
         """
         keys = self.keys
         deadlines = keys.deadlines(keys.partition(run_id))

@@ -238,7 +238,7 @@ class Reads(LedgerBase):
         self, run_id: str, provider_call_ids: Sequence[str]
     ) -> list[str]:
         """Those of ``provider_call_ids`` that calls of this run already carry (one HMGET on
-        the index `create_call` fills): results pair by them, so none may be used twice."""
+        the run's index `create_calls` fills): results pair by them, so none may be used twice."""
         if not provider_call_ids:
             return []
         fields = [provider_field(pid) for pid in provider_call_ids]

@@ -27,16 +27,15 @@ as UTF-8, bytes unchanged.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
-from redis.crc import key_slot
 
 from callgate.errors import TxRejectedError
+from callgate.keys import slot_of
 
 Value = str | bytes | int | float
 """What may be stored: str and bytes as they are, numbers in their decimal form."""
@@ -76,22 +75,6 @@ _FIELD_GUARDS = frozenset({"in", "fnx"})
 """Guards on one field of a hash: their fields are read in one HMGET per key."""
 _MAX_INCREMENT = 2**53
 """Bounded so the script can prove, with doubles, that HINCRBY cannot overflow."""
-
-
-@functools.lru_cache(maxsize=1024)
-def _tag_slot(tag: str) -> int:
-    return int(key_slot(tag.encode()))
-
-
-def slot_of(key: str) -> int:
-    """``key``'s cluster slot, as `redis.crc.key_slot` computes it, cached by hash tag: every
-    key of a run carries its partition's tag, and a step builds several."""
-    start = key.find("{")
-    if start != -1:
-        end = key.find("}", start + 1)
-        if end > start + 1:
-            return _tag_slot(key[start + 1 : end])
-    return int(key_slot(key.encode()))
 
 
 class Guard(NamedTuple):

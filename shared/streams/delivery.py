@@ -27,8 +27,8 @@ from callgate.config import Settings
 from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, EnvelopeBase, decode
 from callgate.errors import CallgateError, EnvelopeError
-from callgate.keys import Keys
-from callgate.ledger.tx import Tx, slot_of
+from callgate.keys import Keys, slot_of
+from callgate.ledger.tx import Tx
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, Acker, Scripts
 
