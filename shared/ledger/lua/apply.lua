@@ -41,10 +41,12 @@ local MAX_INT = 9.2e18
 local argv = ARGV
 
 -- The step being applied: entry i's code, key, first argument's position and number of
--- arguments, in arrays rather than a table per entry (fewer allocations for Lua's collector
--- to sweep); the type each key has (as read, or once earlier ops ran); for the keys an
--- HINCRBY checks, their fields' values after the earlier ops (false = deleted).
-local CODE, KEY, AT, N, VOUCHED, planned, fields, counted
+-- arguments, in arrays rather than a table per entry; the type each key has (as read, or once
+-- earlier ops ran); for the keys an HINCRBY checks, their fields' values after the earlier ops
+-- (false = deleted).  Made once per script call, not per step: building and growing tables
+-- was a seventh of a step's instructions.  A step reads entries 1..its count only, and its keys
+-- are numbered after the earlier steps' (KEYS[kb + i]), so no step sees another's.
+local CODE, KEY, AT, N, VOUCHED, planned, fields, counted = {}, {}, {}, {}, {}, {}, {}, {}
 
 local function is_int(v)
   return v == '0' or (string.match(v, '^-?[1-9]%d*$') ~= nil and #v <= 20)
@@ -53,39 +55,36 @@ end
 -- Decode the shape at argv[ab]; returns the number of reads, of guards and of entries.
 local function decode(kb, ab)
   local shape = argv[ab]
-  CODE, KEY, AT, N, VOUCHED = {}, {}, {}, {}, {}
   local count = 0
-  local pos, at, size = ab + 1, 5, #shape
-  while at <= size do
-    local last = math.min(size, at + 4999)   -- string.byte returns each byte on Lua's stack
-    local b = {string.byte(shape, at, last)}
-    for j = 1, #b, 5 do
-      local n, code = b[j + 3] * 256 + b[j + 4], b[j]
-      count = count + 1
-      if code > 127 then code, VOUCHED[count] = code - 128, true end
-      CODE[count], KEY[count], AT[count], N[count] = CODES[code],
-        kb + b[j + 1] * 256 + b[j + 2], pos, n
-      pos = pos + n
-    end
-    at = last + 1
+  local pos, byte = ab + 1, string.byte
+  for at = 5, #shape, 5 do
+    local code, k1, k2, n1, n2 = byte(shape, at, at + 4)
+    local n = n1 * 256 + n2
+    count = count + 1
+    local vouched = code > 127
+    if vouched then code = code - 128 end
+    VOUCHED[count] = vouched
+    CODE[count], KEY[count], AT[count], N[count] = CODES[code], kb + k1 * 256 + k2, pos, n
+    pos = pos + n
   end
-  return string.byte(shape, 1) * 256 + string.byte(shape, 2),
-         string.byte(shape, 3) * 256 + string.byte(shape, 4), count
+  local r1, r2, g1, g2 = byte(shape, 1, 4)
+  return r1 * 256 + r2, g1 * 256 + g2, count
 end
 
 -- Phase 1a: reads.  Each key's guarded fields come in one HMGET (grouped by tx.py), into
 -- `got` by slot; a key that is not a hash makes its fields read 'WRONGTYPE'.
 local function read(nreads)
-  local got = {}
+  local got, slot = {}, 0
   for i = 1, nreads do
     local ki, s, n = KEY[i], AT[i], N[i]
     local reply = redis.pcall('HMGET', KEYS[ki], unpack(argv, s, s + n - 1))
     if type(reply) == 'table' and reply.err then
-      for _ = 1, n do got[#got + 1] = 'WRONGTYPE' end
+      for j = 1, n do got[slot + j] = 'WRONGTYPE' end
     else
-      for j = 1, n do got[#got + 1] = reply[j] end
+      for j = 1, n do got[slot + j] = reply[j] end
       planned[ki] = 'hash'  -- or absent: either takes a hash's ops
     end
+    slot = slot + n
   end
   return got
 end
@@ -191,7 +190,6 @@ end
 -- entries of its acks go into ``held``, to be sent once the step has applied.
 local function apply_step(kb, ab, held)
   local nreads, nguards, count = decode(kb, ab)
-  planned, fields, counted = {}, {}, {}
   local got = read(nreads)
   for i = nreads + 1, nreads + nguards do
     local failed = guard(i, i - nreads, got)
@@ -235,7 +233,7 @@ end
 local header, replies = argv[1], {}
 local kb, ab = 0, 2
 for s = 1, #header, 6 do
-  local h = {string.byte(header, s, s + 5)}
+  local k1, k2, a1, a2, a3, a4 = string.byte(header, s, s + 5)
   local held = {}
   local ok, reply = pcall(apply_step, kb, ab, held)
   if not ok then
@@ -245,8 +243,8 @@ for s = 1, #header, 6 do
     hold_acks(held)
   end
   replies[#replies + 1] = reply
-  kb = kb + h[1] * 256 + h[2]
-  ab = ab + ((h[3] * 256 + h[4]) * 256 + h[5]) * 256 + h[6]
+  kb = kb + k1 * 256 + k2
+  ab = ab + ((a1 * 256 + a2) * 256 + a3) * 256 + a4
 end
 for _, ack in ipairs(acks) do redis.pcall('XACK', unpack(ack)) end
 return replies
