@@ -38,14 +38,16 @@ local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', x
                xaddcap = 'stream', xack = 'stream', persist = false,
                zadd = 'zset', zaddnx = 'zset', zrem = 'zset', expire = false}
 local MAX_INT = 9.2e18
-local argv = ARGV
+-- Globals as locals: a global is a table lookup each time, a local a register.
+local argv, keys, call, pcall_redis = ARGV, KEYS, redis.call, redis.pcall
+local unpack, type, byte = unpack, type, string.byte
 
 -- The step being applied: entry i's code, key, first argument's position and number of
 -- arguments, in arrays rather than a table per entry; the type each key has (as read, or once
 -- earlier ops ran); for the keys an HINCRBY checks, their fields' values after the earlier ops
 -- (false = deleted).  Made once per script call, not per step: building and growing tables
 -- was a seventh of a step's instructions.  A step reads entries 1..its count only, and its keys
--- are numbered after the earlier steps' (KEYS[kb + i]), so no step sees another's.
+-- are numbered after the earlier steps' (keys[kb + i]), so no step sees another's.
 local CODE, KEY, AT, N, VOUCHED, planned, fields, counted = {}, {}, {}, {}, {}, {}, {}, {}
 
 local function is_int(v)
@@ -56,7 +58,7 @@ end
 local function decode(kb, ab)
   local shape = argv[ab]
   local count = 0
-  local pos, byte = ab + 1, string.byte
+  local pos = ab + 1
   for at = 5, #shape, 5 do
     local code, k1, k2, n1, n2 = byte(shape, at, at + 4)
     local n = n1 * 256 + n2
@@ -77,7 +79,7 @@ local function read(nreads)
   local got, slot = {}, 0
   for i = 1, nreads do
     local ki, s, n = KEY[i], AT[i], N[i]
-    local reply = redis.pcall('HMGET', KEYS[ki], unpack(argv, s, s + n - 1))
+    local reply = pcall_redis('HMGET', keys[ki], unpack(argv, s, s + n - 1))
     if type(reply) == 'table' and reply.err then
       for j = 1, n do got[slot + j] = 'WRONGTYPE' end
     else
@@ -92,7 +94,7 @@ end
 -- Phase 1b: guards, judged on what was read.  Returns the failure reply, or nil.
 local function guard(i, g, got)
   local code, ki, s, n = CODE[i], KEY[i], AT[i], N[i]
-  local key = KEYS[ki]
+  local key = keys[ki]
   if code == 'in' then
     local v = got[tonumber(argv[s])]
     if v then
@@ -102,16 +104,16 @@ local function guard(i, g, got)
     end
     return {0, g, v}
   elseif code == 'nx' then
-    if redis.call('EXISTS', key) == 1 then return {0, g, redis.call('TYPE', key)['ok']} end
+    if call('EXISTS', key) == 1 then return {0, g, call('TYPE', key)['ok']} end
     planned[ki] = 'none'
   elseif code == 'ex' then
-    if redis.call('EXISTS', key) == 0 then return {0, g, false} end
+    if call('EXISTS', key) == 0 then return {0, g, false} end
   elseif code == 'fnx' then
     local v = got[tonumber(argv[s])]
     if v then return {0, g, v} end
   elseif code == 'len' then
-    local len = redis.pcall('LLEN', key)
-    if type(len) == 'table' and len.err then return {0, g, redis.call('TYPE', key)['ok']} end
+    local len = pcall_redis('LLEN', key)
+    if type(len) == 'table' and len.err then return {0, g, call('TYPE', key)['ok']} end
     if tostring(len) ~= argv[s] then return {0, g, tostring(len)} end
     if len > 0 then planned[ki] = 'list' else planned[ki] = 'none' end
   else
@@ -123,7 +125,7 @@ end
 local function field_value(ki, field)
   local overlay = fields[ki]
   if overlay and overlay[field] ~= nil then return overlay[field] end
-  return redis.call('HGET', KEYS[ki], field)
+  return call('HGET', keys[ki], field)
 end
 
 -- Phase 1c: an op's target and arguments.  Returns why the op cannot be applied, or nil.
@@ -133,7 +135,7 @@ local function check_op(ki, code, s, n, vouched)
   if need == false then return nil end
   local have = planned[ki]
   if have == nil then
-    if vouched then have = need else have = redis.call('TYPE', KEYS[ki])['ok'] end
+    if vouched then have = need else have = call('TYPE', keys[ki])['ok'] end
   end
   if have ~= 'none' and have ~= need then return 'key holds a ' .. have end
   planned[ki] = need
@@ -169,24 +171,24 @@ local acks, ack_of = {}, {}
 local function write(first_op, count, held)
   local ids = {}
   for i = first_op, count do
-    local code, key, s, n = CODE[i], KEYS[KEY[i]], AT[i], N[i]
+    local code, key, s, n = CODE[i], keys[KEY[i]], AT[i], N[i]
     if code == 'xack' then
       held[#held + 1] = i
     elseif code == 'xadd' then
-      ids[#ids + 1] = redis.call('XADD', key, '*', unpack(argv, s, s + n - 1))
+      ids[#ids + 1] = call('XADD', key, '*', unpack(argv, s, s + n - 1))
     elseif code == 'xaddcap' then
-      ids[#ids + 1] = redis.call('XADD', key, 'MAXLEN', '~', argv[s], '*',
+      ids[#ids + 1] = call('XADD', key, 'MAXLEN', '~', argv[s], '*',
                                  unpack(argv, s + 1, s + n - 1))
     elseif code == 'zaddnx' then
-      redis.call('ZADD', key, 'NX', unpack(argv, s, s + n - 1))
+      call('ZADD', key, 'NX', unpack(argv, s, s + n - 1))
     else
-      redis.call(code, key, unpack(argv, s, s + n - 1))
+      call(code, key, unpack(argv, s, s + n - 1))
     end
   end
   return {1, ids}
 end
 
--- One step: its keys follow KEYS[kb], its arguments start at argv[ab] (its shape); the
+-- One step: its keys follow keys[kb], its arguments start at argv[ab] (its shape); the
 -- entries of its acks go into ``held``, to be sent once the step has applied.
 local function apply_step(kb, ab, held)
   local nreads, nguards, count = decode(kb, ab)
@@ -212,7 +214,7 @@ end
 -- Hold a step's acks (entries of the step just decoded) for the group's XACKs.
 local function hold_acks(held)
   for _, i in ipairs(held) do
-    local key, s, n = KEYS[KEY[i]], AT[i], N[i]
+    local key, s, n = keys[KEY[i]], AT[i], N[i]
     local id = key .. '\0' .. argv[s]
     local ack = ack_of[id]
     if not ack then
@@ -233,7 +235,7 @@ end
 local header, replies = argv[1], {}
 local kb, ab = 0, 2
 for s = 1, #header, 6 do
-  local k1, k2, a1, a2, a3, a4 = string.byte(header, s, s + 5)
+  local k1, k2, a1, a2, a3, a4 = byte(header, s, s + 5)
   local held = {}
   local ok, reply = pcall(apply_step, kb, ab, held)
   if not ok then
@@ -246,5 +248,5 @@ for s = 1, #header, 6 do
   kb = kb + k1 * 256 + k2
   ab = ab + ((a1 * 256 + a2) * 256 + a3) * 256 + a4
 end
-for _, ack in ipairs(acks) do redis.pcall('XACK', unpack(ack)) end
+for _, ack in ipairs(acks) do pcall_redis('XACK', unpack(ack)) end
 return replies
