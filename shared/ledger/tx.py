@@ -54,7 +54,6 @@ CODES = (
     "len",
     "hset",
     "hdel",
-    "hincrby",
     "rpush",
     "xadd",
     "xaddcap",
@@ -73,8 +72,6 @@ _VOUCHED = 0x80
 
 _FIELD_GUARDS = frozenset({"in", "fnx"})
 """Guards on one field of a hash: their fields are read in one HMGET per key."""
-_MAX_INCREMENT = 2**53
-"""Bounded so the script can prove, with doubles, that HINCRBY cannot overflow."""
 
 
 class Guard(NamedTuple):
@@ -286,11 +283,6 @@ class Tx:
 
     def hdel(self, key: str, *fields: str) -> Tx:
         return self._op("hdel", key, list(fields))
-
-    def hincrby(self, key: str, field: str, amount: int) -> Tx:
-        if isinstance(amount, bool) or not -_MAX_INCREMENT <= amount <= _MAX_INCREMENT:
-            raise ValueError(f"increment {amount!r} out of range")
-        return self._op("hincrby", key, [field, str(amount)])
 
     def rpush(self, key: str, *values: Value) -> Tx:
         return self._op("rpush", key, [_arg(v) for v in values])

@@ -32,23 +32,21 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local CODES = {'rd', 'in', 'nx', 'ex', 'fnx', 'len', 'hset', 'hdel', 'hincrby', 'rpush', 'xadd',
+local CODES = {'rd', 'in', 'nx', 'ex', 'fnx', 'len', 'hset', 'hdel', 'rpush', 'xadd',
                'xaddcap', 'xack', 'expire', 'persist', 'zadd', 'zaddnx', 'zrem'}
-local NEEDS = {hset = 'hash', hdel = 'hash', hincrby = 'hash', rpush = 'list', xadd = 'stream',
+local NEEDS = {hset = 'hash', hdel = 'hash', rpush = 'list', xadd = 'stream',
                xaddcap = 'stream', xack = 'stream', persist = false,
                zadd = 'zset', zaddnx = 'zset', zrem = 'zset', expire = false}
-local MAX_INT = 9.2e18
 -- Globals as locals: a global is a table lookup each time, a local a register.
 local argv, keys, call, pcall_redis = ARGV, KEYS, redis.call, redis.pcall
 local unpack, type, byte = unpack, type, string.byte
 
 -- The step being applied: entry i's code, key, first argument's position and number of
 -- arguments, in arrays rather than a table per entry; the type each key has (as read, or once
--- earlier ops ran); for the keys an HINCRBY checks, their fields' values after the earlier ops
--- (false = deleted).  Made once per script call, not per step: building and growing tables
--- was a seventh of a step's instructions.  A step reads entries 1..its count only, and its keys
+-- earlier ops ran).  Made once per script call, not per step: building and growing tables was
+-- a seventh of a step's instructions.  A step reads entries 1..its count only, and its keys
 -- are numbered after the earlier steps' (keys[kb + i]), so no step sees another's.
-local CODE, KEY, AT, N, VOUCHED, planned, fields, counted = {}, {}, {}, {}, {}, {}, {}, {}
+local CODE, KEY, AT, N, VOUCHED, planned = {}, {}, {}, {}, {}, {}
 
 local function is_int(v)
   return v == '0' or (string.match(v, '^-?[1-9]%d*$') ~= nil and #v <= 20)
@@ -122,12 +120,6 @@ local function guard(i, g, got)
   return nil
 end
 
-local function field_value(ki, field)
-  local overlay = fields[ki]
-  if overlay and overlay[field] ~= nil then return overlay[field] end
-  return call('HGET', keys[ki], field)
-end
-
 -- Phase 1c: an op's target and arguments.  Returns why the op cannot be applied, or nil.
 local function check_op(ki, code, s, n, vouched)
   local need = NEEDS[code]
@@ -139,21 +131,7 @@ local function check_op(ki, code, s, n, vouched)
   end
   if have ~= 'none' and have ~= need then return 'key holds a ' .. have end
   planned[ki] = need
-  if code == 'hset' and counted[ki] then
-    fields[ki] = fields[ki] or {}
-    for j = s, s + n - 1, 2 do fields[ki][argv[j]] = argv[j + 1] end
-  elseif code == 'hdel' and counted[ki] then
-    fields[ki] = fields[ki] or {}
-    for j = s, s + n - 1 do fields[ki][argv[j]] = false end
-  elseif code == 'hincrby' then
-    local cur = field_value(ki, argv[s]) or '0'
-    if type(cur) == 'number' then cur = string.format('%.0f', cur) end
-    if not is_int(cur) then return 'field ' .. argv[s] .. ' is not an integer' end
-    local sum = tonumber(cur) + tonumber(argv[s + 1])
-    if sum > MAX_INT or sum < -MAX_INT then return 'increment would overflow' end
-    fields[ki] = fields[ki] or {}
-    fields[ki][argv[s]] = sum
-  elseif code == 'zadd' or code == 'zaddnx' then
+  if code == 'zadd' or code == 'zaddnx' then
     for j = s, s + n - 1, 2 do
       if tonumber(argv[j]) == nil then return 'score is not a number' end
     end
@@ -198,10 +176,6 @@ local function apply_step(kb, ab, held)
     if failed then return failed end
   end
   local first_op = nreads + nguards + 1
-  -- Only a key that an HINCRBY of this step adds to needs its earlier writes followed.
-  for i = first_op, count do
-    if CODE[i] == 'hincrby' then counted[KEY[i]] = true end
-  end
   for i = first_op, count do
     local why = check_op(KEY[i], CODE[i], AT[i], N[i], VOUCHED[i])
     if why then
