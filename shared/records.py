@@ -1,11 +1,8 @@
 """The ledger's records and their mapping to and from one Redis hash each.
 
 Pure: no I/O.  Each field is one hash field, so a compare-and-set can read ``status`` or
-``state`` directly and ``HINCRBY`` can add usage.  The codec is chosen from the field's type:
-
-* ``str`` / enums / literals: stored as is;  ``int``: decimal;
-* anything else (dicts, lists): orjson;
-* ``None``: the field is absent (a partial update deletes it), so absent reads back as None.
+``state`` directly; how each is encoded is `callgate.hash_fields`'s (``None`` is an absent
+field, so a partial update deletes it and absent reads back as None).
 
 Unknown hash fields (written by a newer version) are ignored on read; updates are partial
 HSETs, so an older reader never erases them.  Forward-compatible data belongs in ``extra``.
@@ -13,23 +10,20 @@ HSETs, so an older reader never erases them.  Forward-compatible data belongs in
 
 from __future__ import annotations
 
-import types
-import typing
-from collections.abc import Callable, Mapping
-from enum import Enum, StrEnum
-from functools import cache
+from collections.abc import Mapping
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from callgate.hash_fields import HashValue, decode_value, encode_value, kinds_of
 from callgate.states import CallState, RunState
 
 RAW_ARGUMENTS_MAX_BYTES = 16_384
 """The model's raw argument text is kept for audit, cut to this many UTF-8 bytes."""
 
 Api = Literal["openai-responses", "openai-chat", "anthropic-messages"]
-HashValue = str | bytes
 BatchPolicy = Literal["hold_effects", "run_allowed"]
 """What runs while some calls of a batch wait for a human: ``hold_effects`` (default) runs
 only reads until every call is decided; ``run_allowed`` also runs allowed writes at once."""
@@ -98,9 +92,9 @@ class _Record(BaseModel):
 
     def to_hash(self) -> dict[str, HashValue]:
         """Every non-None field, encoded for HSET."""
-        kinds = _kinds(type(self))
+        kinds = kinds_of(type(self))
         return {
-            name: _encode(kinds[name], value)
+            name: encode_value(kinds[name], value)
             for name, value in self.model_dump(mode="json").items()
             if value is not None
         }
@@ -108,7 +102,7 @@ class _Record(BaseModel):
     @classmethod
     def from_hash(cls, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Self:
         """Parse an HGETALL reply (bytes or decoded) back into the record."""
-        kinds = _kinds(cls)
+        kinds = kinds_of(cls)
         data: dict[str, Any] = {}
         for k, v in raw.items():
             name = k.decode() if isinstance(k, bytes) else k
@@ -116,19 +110,8 @@ class _Record(BaseModel):
             if kind is None:
                 continue
             text = v.decode() if isinstance(v, bytes) else v
-            data[name] = _decode(kind, text)
+            data[name] = decode_value(kind, text)
         return cls.model_validate(data)
-
-
-def _encode(kind: str, value: Any) -> HashValue:
-    """One JSON-mode value (enums already their strings) to its hash form."""
-    return orjson.dumps(value) if kind == "json" else str(value)
-
-
-def _decode(kind: str, text: str) -> Any:
-    if kind == "int":
-        return int(text)
-    return orjson.loads(text) if kind == "json" else text
 
 
 class RunRecord(_Record):
@@ -212,96 +195,6 @@ class CallRecord(_Record):
     """The consumer that took the call to ``executing``."""
     created_ms: int = 0
     updated_ms: int = 0
-
-
-def encode_fields(
-    model: type[_Record], values: Mapping[str, Any]
-) -> tuple[dict[str, HashValue], list[str]]:
-    """Validate a partial update and encode it: (fields to HSET, fields to HDEL because None).
-
-    Raises ``ValueError`` for a field the record does not have or a value of the wrong type.
-    """
-    kinds = _kinds(model)
-    to_set: dict[str, HashValue] = {}
-    to_delete: list[str] = []
-    for name, value in values.items():
-        kind = kinds.get(name)
-        if kind is None:
-            raise ValueError(f"{model.__name__} has no field {name!r}")
-        shortcut = _shortcut(model, name)
-        encoded = None if shortcut is None else shortcut(value)
-        if encoded is not None:
-            to_set[name] = encoded
-            continue
-        checked = _adapter(model, name).validate_python(value)
-        if checked is None:
-            to_delete.append(name)
-        else:
-            to_set[name] = _encode(kind, _adapter(model, name).dump_python(checked, mode="json"))
-    return to_set, to_delete
-
-
-@cache
-def _adapter(model: type[_Record], name: str) -> TypeAdapter[Any]:
-    """The field's type with its constraints and validators, to check one value alone."""
-    info = model.model_fields[name]
-    annotation: Any = info.annotation
-    if info.metadata:
-        annotation = Annotated[(annotation, *info.metadata)]
-    return TypeAdapter(annotation)
-
-
-@cache
-def _shortcut(model: type[_Record], name: str) -> Callable[[Any], HashValue | None] | None:
-    """How to encode, without pydantic, the values of a field that need no check beyond
-    their type: exact ``str``, ``int`` or enum values, a string a ``Literal`` allows, a list
-    of strings.  The encoder returns None for any other value (pydantic then decides).
-    Every step of every call encodes several such fields."""
-    info = model.model_fields[name]
-    annotation: Any = info.annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = rest[0] if len(rest) == 1 else None
-    if info.metadata or annotation is None:
-        return None
-    if annotation in (str, int):
-        exact = annotation
-        return lambda value: str(value) if type(value) is exact else None
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        enum = annotation
-        return lambda value: str(value.value) if type(value) is enum else None
-    if typing.get_origin(annotation) is Literal:
-        allowed = frozenset(a for a in typing.get_args(annotation) if isinstance(a, str))
-        return lambda value: value if type(value) is str and value in allowed else None
-    if annotation == list[str]:
-        return _string_list
-    return None
-
-
-def _string_list(value: Any) -> bytes | None:
-    if type(value) in (list, tuple) and all(type(item) is str for item in value):
-        return orjson.dumps(list(value))
-    return None
-
-
-@cache
-def _kinds(model: type[_Record]) -> dict[str, str]:
-    """Field name → codec (``str``, ``int`` or ``json``), read from the annotations."""
-    return {name: _kind(info.annotation) for name, info in model.model_fields.items()}
-
-
-def _kind(annotation: Any) -> str:
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        return _kind(rest[0]) if len(rest) == 1 else "json"
-    if typing.get_origin(annotation) is Literal:
-        return "str" if all(isinstance(a, str) for a in args) else "json"
-    if isinstance(annotation, type) and issubclass(annotation, str):
-        return "str"
-    if annotation is int:
-        return "int"
-    return "json"
 
 
 class Event(BaseModel):

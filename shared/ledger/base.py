@@ -18,10 +18,11 @@ from callgate import envelopes
 from callgate.auth.tenancy import prefix_tenant
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.hash_fields import encode_fields
 from callgate.keys import IndexOf, Keys
 from callgate.ledger.run_index import provider_field, turn_field
 from callgate.ledger.tx import Tx, Value
-from callgate.records import CallRecord, RunRecord, encode_fields, result_code
+from callgate.records import CallRecord, RunRecord, result_code
 from callgate.redact import redact
 from callgate.states import CallState, RunState, check_call, check_run
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from callgate.facts import RecordFacts
+from callgate.hash_fields import encode_fields
 from callgate.ledger.tx import Tx, TxResult
-from callgate.records import encode_fields
 
 
 @dataclass

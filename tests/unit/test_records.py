@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from redis.crc import key_slot
 
+from callgate.hash_fields import encode_fields
 from callgate.ledger.group import APPLY_SHA, step_command
 from callgate.ledger.tx import CODES, Tx, slot_of
 from callgate.records import (
@@ -20,7 +21,6 @@ from callgate.records import (
     CallRecord,
     Event,
     RunRecord,
-    encode_fields,
     entry_events,
     error_result,
     event_order,
@@ -195,6 +195,32 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
+
+
+any_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(arguments=st.dictionaries(st.text(max_size=10), any_json, max_size=4) | st.none())
+def test_an_object_field_encodes_as_the_whole_record_does(arguments: dict[str, Any] | None) -> None:
+    """A dict of JSON's own types skips pydantic (`encode_fields`); with floats (NaN too) and
+    tuples among them, or None, it must still be what the record writes (or leaves out)."""
+    call = CallRecord(
+        run_id="r", call_id="c", turn=1, index=0, provider_call_id="p", tool="t",
+        arguments=arguments,
+    )  # fmt: skip
+    to_set, to_delete = encode_fields(CallRecord, {"arguments": arguments})
+    assert to_set == {n: v for n, v in call.to_hash().items() if n == "arguments"}
+    assert to_delete == ([] if arguments is not None else ["arguments"])
+    with pytest.raises(ValidationError):  # None clears only a field that may be absent
+        encode_fields(CallRecord, {"tool": None})
 
 
 @given(
