@@ -53,6 +53,11 @@ def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
+@functools.lru_cache(maxsize=64)
+def _first_tag(prefix: str) -> str:
+    return f"{prefix}:{{p0}}"
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """Key builder bound to a prefix and a partition count."""
@@ -69,6 +74,8 @@ class Keys:
         return f"{self.prefix}:{{p{partition}}}"
 
     def _run_tag(self, run_id: str) -> str:
+        if self.partitions == 1:
+            return _first_tag(self.prefix)  # every key of every step is built through here
         return self.tag(self.partition(run_id))
 
     # Per-run records.

@@ -38,6 +38,9 @@ _SECRET_IN_TEXT = re.compile(
 )
 """API keys and bearer tokens anywhere in a string: each is replaced, the text around kept.
 One compiled pattern, run over every string of every event."""
+_SHORTEST_SECRET = 6
+"""The fewest characters `_SECRET_IN_TEXT` matches (``xoxb-`` and one more): most of an
+event's strings (states, ids, codes) are shorter and need no scan."""
 _SCAN_MARGIN = 256
 """A string cut for an event is scanned this far past the cut, so a secret that straddles
 the cut is matched whole before the cut hides its end."""
@@ -76,6 +79,8 @@ def redact(data: Any, sensitive: Collection[str] = frozenset()) -> Any:
 
 
 def _redact_text(text: str) -> str:
+    if len(text) < _SHORTEST_SECRET:
+        return text
     if len(text) <= MAX_EVENT_STRING:
         return _SECRET_IN_TEXT.sub(REDACTED, text)
     head = _SECRET_IN_TEXT.sub(REDACTED, text[: MAX_EVENT_STRING + _SCAN_MARGIN])

@@ -118,6 +118,9 @@ def _check(
     from_state: str,
     to_state: str,
 ) -> None:
+    targets = table.get(from_state)  # type: ignore[call-overload]
+    if targets is not None and to_state in targets:  # a legal move: every step makes some
+        return
     try:
         source, target = enum(from_state), enum(to_state)
     except ValueError as exc:

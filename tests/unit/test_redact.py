@@ -35,3 +35,15 @@ def test_a_secret_straddling_the_cut_of_a_long_string_is_not_half_shown() -> Non
 
 def test_an_error_message_is_redacted_the_same_way() -> None:
     assert redact_error(ValueError(f"bad key {KEY}!")) == f"ValueError: bad key {REDACTED}!"
+
+
+def test_the_shortest_secrets_are_found_though_short_strings_skip_the_scan() -> None:
+    """Strings shorter than any secret skip the pattern; the shortest a secret can be still
+    goes through it, alone and as a field of an event."""
+    for secret in ("xoxb-1", "xoxp-Z", "Bearer x", "sk-ant-x"):
+        assert redact(secret) == REDACTED
+        assert redact({"note": secret, "items": [secret]}) == {
+            "note": REDACTED,
+            "items": [REDACTED],
+        }
+    assert redact(["xoxb-", "sk-", "t1.0"]) == ["xoxb-", "sk-", "t1.0"]
