@@ -121,9 +121,9 @@ class Tx:
         self._key_index: dict[str, int] = {}
         self._slot: int | None = None
         self.guards: list[Guard] = []
-        self._guard_shape: list[int] = []
-        self._guard_args: list[tuple[int, int, tuple[str, ...]]] = []
-        """Each guard as (key index, position among its key's read fields or -1, values)."""
+        self._guard_args: list[tuple[int, int, int, tuple[str, ...]]] = []
+        """Each guard as (code, key index, position among its key's read fields or -1,
+        values)."""
         self._read_fields: dict[int, dict[str, int]] = {}
         """Key index → its guarded fields, in first-use order → their position."""
         self._op_shape: list[int] = []
@@ -163,8 +163,7 @@ class Tx:
         """A guard on a whole key (``nx``, ``ex``, ``len``); a field's goes by `_field_guard`."""
         index = self._key(guard.key)
         self.guards.append(guard)
-        self._guard_shape += _entry(_CODE[guard.kind], index, len(guard.values))
-        self._guard_args.append((index, -1, guard.values))
+        self._guard_args.append((_CODE[guard.kind], index, -1, guard.values))
         return self
 
     def _field_guard(self, kind: str, key: str, field: str, values: tuple[str, ...]) -> Tx:
@@ -175,14 +174,15 @@ class Tx:
         fields = self._read_fields.get(index)
         if fields is None:
             fields = self._read_fields[index] = {}
-        self._guard_shape += _entry(_CODE[kind], index, len(values) + 1)
-        self._guard_args.append((index, fields.setdefault(field, len(fields)), values))
+        self._guard_args.append((_CODE[kind], index, fields.setdefault(field, len(fields)), values))
         return self
 
     def _guard_entries(self) -> tuple[list[int], list[Arg]]:
         """The shape (header first) and arguments of the reads and guards: one read per key
-        whose fields are guarded (first use first), then each guard in order, a field's guard
-        pointing at its 1-based slot among all the fields read."""
+        whose fields are guarded (first use first), then each guard in order.  A field's guard
+        names its 1-based slot among all the fields read where another entry names its key, so
+        its arguments are only the values it allows (one argument fewer a guard to send, and
+        for the script to turn into a string and then a number)."""
         reads, guards = len(self._read_fields), len(self.guards)
         shape = [reads >> 8, reads & 0xFF, guards >> 8, guards & 0xFF]
         args: list[Arg] = []
@@ -193,10 +193,10 @@ class Tx:
             slot += len(fields)
             shape += _entry(_READ, index, len(fields))
             args += fields
-        shape += self._guard_shape
-        for index, position, values in self._guard_args:
-            if position >= 0:
-                args.append(str(first_slot[index] + position))
+        for code, index, position, values in self._guard_args:
+            shape += _entry(
+                code, index if position < 0 else first_slot[index] + position, len(values)
+            )
             args += values
         return shape, args
 

@@ -351,43 +351,16 @@ def test_tx_encoding_is_flat_and_reads_each_guarded_key_once() -> None:
     assert keys == ["{a}k", "{a}n"]
     assert argv[0] == bytes(
         [
-            0,
-            1,
-            0,
-            4,  # one read, four guards
-            CODE["rd"],
-            0,
-            1,
-            0,
-            2,  # {a}k's guarded fields, slots 1 and 2
-            CODE["in"],
-            0,
-            1,
-            0,
-            3,  # slot 1 is x or y
-            CODE["nx"],
-            0,
-            2,
-            0,
-            0,
-            CODE["fnx"],
-            0,
-            1,
-            0,
-            1,  # slot 2 is missing
-            CODE["in"],
-            0,
-            1,
-            0,
-            2,
-            CODE["hset"],
-            0,
-            1,
-            0,
-            4,
+            *(0, 1, 0, 4),  # one read, four guards
+            *(CODE["rd"], 0, 1, 0, 2),  # {a}k's guarded fields, slots 1 and 2
+            *(CODE["in"], 0, 1, 0, 2),  # slot 1 is x or y
+            *(CODE["nx"], 0, 2, 0, 0),  # key 2 is missing
+            *(CODE["fnx"], 0, 2, 0, 0),  # slot 2 is missing
+            *(CODE["in"], 0, 1, 0, 1),  # slot 1 is x
+            *(CODE["hset"], 0, 1, 0, 4),
         ]
     )
-    assert argv[1:] == ["state", "lock", "1", "x", "y", "2", "1", "x", "f", "1", "g", b"\xff"]
+    assert argv[1:] == ["state", "lock", "x", "y", "x", "f", "1", "g", b"\xff"]
 
 
 def test_a_script_call_carries_its_steps_one_after_another_and_names_them_last() -> None:
@@ -397,7 +370,7 @@ def test_a_script_call_carries_its_steps_one_after_another_and_names_them_last()
     assert command[:3] == ("evalsha", APPLY_SHA, 3)
     assert command[3:6] == ("{a}c", "{a}d", "{a}c")  # each step's own keys, in its own order
     header, *argv = command[6:]
-    assert header == bytes([0, 1, 0, 0, 0, 6, 0, 2, 0, 0, 0, 5])  # keys, then arguments
+    assert header == bytes([0, 1, 0, 0, 0, 5, 0, 2, 0, 0, 0, 5])  # keys, then arguments
     assert argv == [*first.encode()[1], *second.encode()[1], "take_call+settle_call"]
 
 

@@ -15,9 +15,9 @@
 -- arguments, the last two in two bytes each.  An op's code has 128 added when the ledger
 -- vouches for its key's type (tx.py: Tx.vouch): its TYPE is not asked.  The entries'
 -- arguments follow, one after another.  R reads (`rd`: the fields of one key to HMGET) come
--- first, then G guards (a field's guard's first argument is its slot among the fields read),
--- then the ops.  No JSON to decode and no number to parse but the guards' slots: Redis hands
--- the script the arguments as they came.
+-- first, then G guards (a field's guard, `in` or `fnx`, names its slot among the fields read
+-- where other entries name a key; its arguments are the values it allows), then the ops.  No
+-- JSON to decode and no number to parse: Redis hands the script the arguments as they came.
 --
 -- Phase 1 reads only: every guard is checked, then every op is checked against the type of
 -- its key (as the earlier ops of this step will have left it, as a guard's read proved it:
@@ -64,7 +64,9 @@ local function decode(kb, ab)
     local vouched = code > 127
     if vouched then code = code - 128 end
     VOUCHED[count] = vouched
-    CODE[count], KEY[count], AT[count], N[count] = CODES[code], kb + k1 * 256 + k2, pos, n
+    local name, ref = CODES[code], k1 * 256 + k2
+    if name ~= 'in' and name ~= 'fnx' then ref = kb + ref end  -- else a slot, not a key
+    CODE[count], KEY[count], AT[count], N[count] = name, ref, pos, n
     pos = pos + n
   end
   local r1, r2, g1, g2 = byte(shape, 1, 4)
@@ -92,11 +94,11 @@ end
 -- Phase 1b: guards, judged on what was read.  Returns the failure reply, or nil.
 local function guard(i, g, got)
   local code, ki, s, n = CODE[i], KEY[i], AT[i], N[i]
-  local key = keys[ki]
+  local key = keys[ki]  -- for `in` and `fnx`, ki is a slot of `got` and key is unused
   if code == 'in' then
-    local v = got[tonumber(argv[s])]
+    local v = got[ki]
     if v then
-      for j = s + 1, s + n - 1 do
+      for j = s, s + n - 1 do
         if argv[j] == v then return nil end
       end
     end
@@ -107,7 +109,7 @@ local function guard(i, g, got)
   elseif code == 'ex' then
     if call('EXISTS', key) == 0 then return {0, g, false} end
   elseif code == 'fnx' then
-    local v = got[tonumber(argv[s])]
+    local v = got[ki]
     if v then return {0, g, v} end
   elseif code == 'len' then
     local len = pcall_redis('LLEN', key)
