@@ -68,11 +68,15 @@ def redact(data: Any, sensitive: Collection[str] = frozenset()) -> Any:
                 clean[key] = REDACTED
             elif type(value) is int or value is None:
                 clean[key] = value  # inline: a call per leaf was most of an event's cost
+            elif type(value) is str:
+                clean[key] = _redact_text(value)
             else:
                 clean[key] = redact(value, sensitive)
         return clean
     if isinstance(data, list | tuple):
-        return [redact(item, sensitive) for item in data]
+        return [
+            _redact_text(item) if type(item) is str else redact(item, sensitive) for item in data
+        ]
     if isinstance(data, str):
         return _redact_text(data)
     return data

@@ -269,10 +269,11 @@ class Tx:
         other op on ``key`` came between (a later field of the same name wins, as in HSET)."""
         flat: list[Arg] = []
         for name, value in mapping.items():
-            flat += [name, _arg(value)]
+            flat.append(name)
+            flat.append(value if type(value) is str else _arg(value))
         if not flat:
             raise ValueError(f"hset on {key!r} with nothing to write")
-        index = self._key(key)
+        index = self._key_index.get(key) or self._key(key)
         pending = self._hsets.get(index)
         if pending is None:
             self._hsets[index] = flat
