@@ -120,10 +120,9 @@ class Tx:
         self.keys: list[str] = []
         self._key_index: dict[str, int] = {}
         self._slot: int | None = None
-        self.guards: list[Guard] = []
-        self._guard_args: list[tuple[int, int, int, tuple[str, ...]]] = []
+        self._guard_args: list[tuple[int, int, int, tuple[str, ...], str | None]] = []
         """Each guard as (code, key index, position among its key's read fields or -1,
-        values)."""
+        values, field): its `Guard` is made only when asked for (`guards`)."""
         self._read_fields: dict[int, dict[str, int]] = {}
         """Key index → its guarded fields, in first-use order → their position."""
         self._op_shape: list[int] = []
@@ -159,22 +158,29 @@ class Tx:
         """The one cluster slot every key of this Tx hashes to (None while empty)."""
         return self._slot
 
+    @property
+    def guards(self) -> list[Guard]:
+        """Every guard, in order: made when asked (a step whose guards hold never needs them)."""
+        return [
+            Guard(CODES[code - 1], self.keys[index - 1], field, values)
+            for code, index, _, values, field in self._guard_args
+        ]
+
     def _guard(self, guard: Guard) -> Tx:
         """A guard on a whole key (``nx``, ``ex``, ``len``); a field's goes by `_field_guard`."""
         index = self._key(guard.key)
-        self.guards.append(guard)
-        self._guard_args.append((_CODE[guard.kind], index, -1, guard.values))
+        self._guard_args.append((_CODE[guard.kind], index, -1, guard.values, guard.field))
         return self
 
     def _field_guard(self, kind: str, key: str, field: str, values: tuple[str, ...]) -> Tx:
         """A guard on one field: its field joins its key's one HMGET.  Every step adds a dozen,
         so this is the one path with nothing looked up twice."""
         index = self._key_index.get(key) or self._key(key)
-        self.guards.append(Guard(kind, key, field, values))
         fields = self._read_fields.get(index)
         if fields is None:
             fields = self._read_fields[index] = {}
-        self._guard_args.append((_CODE[kind], index, fields.setdefault(field, len(fields)), values))
+        position = fields.setdefault(field, len(fields))
+        self._guard_args.append((_CODE[kind], index, position, values, field))
         return self
 
     def _guard_entries(self) -> tuple[list[int], list[Arg]]:
@@ -183,7 +189,7 @@ class Tx:
         names its 1-based slot among all the fields read where another entry names its key, so
         its arguments are only the values it allows (one argument fewer a guard to send, and
         for the script to turn into a string and then a number)."""
-        reads, guards = len(self._read_fields), len(self.guards)
+        reads, guards = len(self._read_fields), len(self._guard_args)
         shape = [reads >> 8, reads & 0xFF, guards >> 8, guards & 0xFF]
         args: list[Arg] = []
         first_slot: dict[int, int] = {}
@@ -193,7 +199,7 @@ class Tx:
             slot += len(fields)
             shape += _entry(_READ, index, len(fields))
             args += fields
-        for code, index, position, values in self._guard_args:
+        for code, index, position, values, _ in self._guard_args:
             shape += _entry(
                 code, index if position < 0 else first_slot[index] + position, len(values)
             )
@@ -378,7 +384,7 @@ class Tx:
         actual = reply[2] if len(reply) > 2 else None
         return TxResult(
             ok=False,
-            failed=self.guards[index - 1],
+            failed=self.guards[index - 1],  # made here: a failure is the rare case
             actual=None if actual is None else _text(actual),
         )
 
