@@ -16,6 +16,7 @@ record could hold fails to decode instead of raising in a handler before its gua
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, Literal, Self, TypeVar, cast
@@ -69,7 +70,14 @@ class RecordFacts(BaseModel):
         return cast(Self, cls.model_construct(**values))
 
     def values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in type(self).model_fields}
+        return {name: getattr(self, name) for name in _field_names(type(self))}
+
+
+@functools.cache
+def _field_names(facts: type[RecordFacts]) -> tuple[str, ...]:
+    """A facts type's fields, in order: every step that binds facts asks (pydantic's
+    ``model_fields`` is a property that builds its answer)."""
+    return tuple(facts.model_fields)
 
 
 async def decide(
