@@ -17,6 +17,7 @@ from functools import cache
 from typing import Annotated, Any, Literal
 
 import orjson
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel, TypeAdapter
 
 HashValue = str | bytes
@@ -102,14 +103,23 @@ def _shortcut(model: type[BaseModel], name: str) -> Callable[[Any], HashValue | 
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         rest = [a for a in typing.get_args(annotation) if a is not type(None)]
         annotation = rest[0] if len(rest) == 1 else None
-    if info.metadata or annotation is None:
+    if annotation is None:
         return None
+    if info.metadata:
+        return _within_bounds(annotation, info.metadata)
     if annotation in (str, int):
         exact = annotation
         return lambda value: str(value) if type(value) is exact else None
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         enum = annotation
-        return lambda value: str(value.value) if type(value) is enum else None
+        named = frozenset(m.value for m in enum if isinstance(m.value, str))
+        return lambda value: (
+            str(value.value)
+            if type(value) is enum
+            else value
+            if type(value) is str and value in named
+            else None
+        )
     if typing.get_origin(annotation) is Literal:
         allowed = frozenset(a for a in typing.get_args(annotation) if isinstance(a, str))
         return lambda value: value if type(value) is str and value in allowed else None
@@ -118,6 +128,35 @@ def _shortcut(model: type[BaseModel], name: str) -> Callable[[Any], HashValue | 
     if annotation == dict[str, Any]:
         return _plain_object
     return None
+
+
+def _within_bounds(annotation: Any, metadata: list[Any]) -> Callable[[Any], str | None] | None:
+    """An exact ``str`` within its length bounds, an exact ``int`` within its bounds, as they
+    are; None (pydantic decides) for any other constraint or value."""
+    kinds = {type(m) for m in metadata}
+    if annotation is str and kinds <= {MinLen, MaxLen}:
+        low = max((m.min_length for m in metadata if type(m) is MinLen), default=0)
+        high = min((m.max_length for m in metadata if type(m) is MaxLen), default=None)
+        return lambda v: (
+            v if type(v) is str and low <= len(v) and (high is None or len(v) <= high) else None
+        )
+    if annotation is int and kinds <= {Ge, Gt, Le, Lt}:
+        bounds = [
+            (getattr(m, "ge", None), getattr(m, "gt", None), getattr(m, "le", None),
+             getattr(m, "lt", None))
+            for m in metadata
+        ]  # fmt: skip
+        return lambda v: str(v) if type(v) is int and all(_holds(v, *b) for b in bounds) else None
+    return None
+
+
+def _holds(v: int, ge: Any, gt: Any, le: Any, lt: Any) -> bool:
+    return (
+        (ge is None or v >= ge)
+        and (gt is None or v > gt)
+        and (le is None or v <= le)
+        and (lt is None or v < lt)
+    )
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})

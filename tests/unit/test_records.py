@@ -197,6 +197,30 @@ json_values = st.recursive(
 )
 
 
+@given(
+    call_id=st.text(max_size=130),
+    index=st.integers(-3, 2**40),
+    effect=st.sampled_from(["read", "write", "idempotent_write", "fly", ""]),
+)
+def test_a_bounded_field_skips_pydantic_only_within_its_bounds(
+    call_id: str, index: int, effect: str
+) -> None:
+    """A call id (1 to 128 characters), an index (>= 0) and an effect given as its string are
+    encoded without pydantic when the record would take them, as the record writes them;
+    anything the record refuses is still refused."""
+    fields = {"call_id": call_id, "index": index, "effect": effect}
+    try:
+        call = CallRecord(
+            run_id="r", call_id=call_id, turn=1, index=index, provider_call_id="p", tool="t",
+            effect=effect,
+        )  # fmt: skip
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            encode_fields(CallRecord, fields)
+        return
+    assert encode_fields(CallRecord, fields)[0] == {n: call.to_hash()[n] for n in fields}
+
+
 any_json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(),
     lambda inner: (
