@@ -14,7 +14,7 @@ in `CODES`), its key's index among its keys and its number of arguments; then ev
 arguments, one after another (`callgate.ledger.group` puts one or more such steps, and their
 names, in one script call).  R reads
 (``rd``: the fields of one key that guards look at, fetched with one HMGET) come first, then G
-guards (a field's guard names its read slot instead of the field), then the ops.  Grouping
+guards (a field's guard names its read slot where others name a key), then the ops.  Grouping
 the reads here, not in the script, keeps the script's own work small: a command a script runs
 costs Redis more than the Lua around it.  The arguments travel as they are and reach the script
 as Redis's own strings, so the script parses no JSON: decoding one JSON argument was a fifth of
