@@ -71,15 +71,20 @@ def _codecs(
 ) -> dict[str, tuple[str, Callable[[Any], HashValue | None] | None, bool]]:
     """Field name → (codec, pydantic-free encoder, whether None clears it): one lookup a
     field, where every step encodes a dozen."""
+    kinds = kinds_of(model)
     return {
-        name: (_kind(info.annotation), _shortcut(model, name), _admits_none(info.annotation))
+        name: (kinds[name], _shortcut(model, name), _optional(info.annotation)[1])
         for name, info in model.model_fields.items()
     }
 
 
-def _admits_none(annotation: Any) -> bool:
-    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    return union and type(None) in typing.get_args(annotation)
+def _optional(annotation: Any) -> tuple[Any, bool]:
+    """The one type a field's annotation names besides None (None when it names several or
+    none), and whether it admits None."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return annotation, False
+    rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return (rest[0] if len(rest) == 1 else None), len(rest) < len(typing.get_args(annotation))
 
 
 @cache
@@ -99,10 +104,7 @@ def _shortcut(model: type[BaseModel], name: str) -> Callable[[Any], HashValue | 
     of strings.  The encoder returns None for any other value (pydantic then decides).
     Every step of every call encodes several such fields."""
     info = model.model_fields[name]
-    annotation: Any = info.annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = rest[0] if len(rest) == 1 else None
+    annotation, _ = _optional(info.annotation)
     if annotation is None:
         return None
     if info.metadata:

@@ -53,9 +53,9 @@ def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 
 
-@functools.lru_cache(maxsize=64)
-def _first_tag(prefix: str) -> str:
-    return f"{prefix}:{{p0}}"
+@functools.lru_cache(maxsize=1024)
+def _tag(prefix: str, partition: int) -> str:
+    return f"{prefix}:{{p{partition}}}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +71,10 @@ class Keys:
         return zlib.crc32(run_id.encode()) % self.partitions
 
     def tag(self, partition: int) -> str:
-        return f"{self.prefix}:{{p{partition}}}"
+        return _tag(self.prefix, partition)  # every key of every step is built through here
 
     def _run_tag(self, run_id: str) -> str:
-        if self.partitions == 1:
-            return _first_tag(self.prefix)  # every key of every step is built through here
-        return self.tag(self.partition(run_id))
+        return _tag(self.prefix, self.partition(run_id))
 
     # Per-run records.
     def run(self, run_id: str) -> str:
