@@ -4,12 +4,20 @@ for each protocol — so what the benchmark measures downstream is what users ru
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from callgate.ops.bench.provider import in_process
+from callgate.ops.bench.provider import (
+    MODEL_CPU_DIR_ENV,
+    InProcessModel,
+    InProcessResponses,
+    in_process,
+    stand_in_seconds,
+)
 from callgate.ops.bench.tools import TOOLS
 from callgate.providers import get_adapter
 from callgate.providers.base import ProviderAdapter, ToolResultInput, TurnInput
@@ -78,3 +86,23 @@ async def test_a_request_the_api_would_refuse_fails_like_the_api(
         TurnInput(model="no-such-scenario", history=adapter.initial_history("hi"))
     )
     assert unknown.event.kind == "bad_request"
+
+
+async def test_the_stand_in_reports_the_cpu_it_spent_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """model_turn's CPU in the benchmark holds the stand-in's answers; the file it keeps lets
+    the benchmark take them out (the throughput scenario's runtime figure)."""
+    monkeypatch.setenv(MODEL_CPU_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("OPENAI_API_KEY", "bench-local")  # the SDK client is built, never used
+    adapter = InProcessResponses(stream=False)
+    adapter.model = InProcessModel()
+    assert stand_in_seconds(str(tmp_path)) == 0.0
+
+    started = time.thread_time()
+    await _conversation(adapter)
+    whole_conversation = time.thread_time() - started
+
+    reported = stand_in_seconds(str(tmp_path))
+    assert reported == adapter.model.cpu.spent_ns / 1e9
+    assert 0 < reported < whole_conversation  # the adapter's own work is not the stand-in's

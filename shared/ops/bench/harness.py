@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -22,6 +24,7 @@ from redis.exceptions import ResponseError
 from callgate.client import CallgateClient, settled
 from callgate.keys import Keys
 from callgate.logs import mask_url_password
+from callgate.ops.bench.provider import MODEL_CPU_DIR_ENV, stand_in_seconds
 from callgate.ops.bench.tools import MODULE as TOOLS_MODULE
 from callgate.ops.embedded_redis import EmbeddedRedis, redis_answers
 from callgate.ops.stack import Progress, default_redis_url, worker_argv
@@ -85,9 +88,15 @@ class Deployment:
         progress: Progress,
     ) -> None:
         worker_env: dict[str, dict[str, str]] = {}
+        self.stand_in_dir: str | None = None
+        """Where the model stand-in's CPU is kept (`provider.StandInCpu`); None with the SDK."""
         if model != "sdk":
             factory = IN_PROCESS_TIMED if model == "in_process_timed" else IN_PROCESS
-            worker_env["model_turn"] = {"CALLGATE_ADAPTER_FACTORY": factory}
+            self.stand_in_dir = tempfile.mkdtemp(prefix="callgate-bench-model-")
+            worker_env["model_turn"] = {
+                "CALLGATE_ADAPTER_FACTORY": factory,
+                MODEL_CPU_DIR_ENV: self.stand_in_dir,
+            }
         spec = SystemSpec(
             services=(),
             scripted_model=model == "sdk",
@@ -114,6 +123,8 @@ class Deployment:
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.system.stop)
+        if self.stand_in_dir is not None:
+            shutil.rmtree(self.stand_in_dir, ignore_errors=True)
         if self.client is not None:
             await delete_prefix(self.client.redis, self.keys.prefix)
             await self.client.close()
@@ -227,6 +238,14 @@ async def cpu_seconds(deployment: Deployment) -> dict[str, float]:
     seconds["redis"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
     seconds["bench"] = time.process_time()
     return seconds
+
+
+def stand_in_cpu_s(deployment: Deployment) -> float:
+    """CPU seconds the model_turn workers spent so far inside the benchmark's model stand-in:
+    a part of their CPU that a deployment with a real provider does not spend."""
+    if deployment.stand_in_dir is None:
+        return 0.0
+    return stand_in_seconds(deployment.stand_in_dir)
 
 
 def process_cpu_s(pid: int) -> float:

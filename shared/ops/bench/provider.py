@@ -15,6 +15,7 @@ each request reached the model and when its answer left (`ModelClock`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,8 @@ from callgate.standins.scripted.server import ScriptedApp
 from callgate.standins.scripted.wires import ANTHROPIC, CHAT, RESPONSES, WireFormat
 from callgate.standins.scripted_model import DEFAULT_SCENARIOS
 
+MODEL_CPU_DIR_ENV = "CALLGATE_BENCH_MODEL_CPU_DIR"
+"""Where each model_turn process writes the CPU its model stand-in spent (`StandInCpu`)."""
 MODEL_LOG = "model_log"
 """`Keys.bench` name of the stream where `ModelClock` writes its round trips."""
 
@@ -63,12 +66,44 @@ class ModelClock:
         self._answered_ns = time.monotonic_ns()
 
 
+class StandInCpu:
+    """The CPU time this process spent inside the model stand-in, kept in a file of its own.
+
+    The stand-in runs inside the model_turn worker, so that worker's CPU holds work no real
+    deployment does (a provider answers elsewhere).  With ``MODEL_CPU_DIR_ENV`` set (the
+    benchmark's deployment sets it), each answer's thread time is added up and the total
+    written, fixed-width, to ``<dir>/<pid>``: no Redis command, so the benchmark's counts stay
+    the runtime's own."""
+
+    def __init__(self, directory: str | None) -> None:
+        self.spent_ns = 0
+        self._fd = None
+        if directory:
+            path = os.path.join(directory, str(os.getpid()))
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def add(self, started_ns: int) -> None:
+        self.spent_ns += time.thread_time_ns() - started_ns
+        if self._fd is not None:
+            os.pwrite(self._fd, b"%20d" % self.spent_ns, 0)
+
+
+def stand_in_seconds(directory: str) -> float:
+    """The CPU seconds every process's model stand-in spent so far (`StandInCpu`)."""
+    total = 0
+    for entry in os.scandir(directory):
+        with open(entry.path, "rb") as spent:
+            total += int(spent.read() or b"0")
+    return total / 1e9
+
+
 class InProcessModel:
     """The scripted model server's logic, called directly; one per worker process."""
 
     def __init__(self, clock: ModelClock | None = None) -> None:
         self._app = ScriptedApp([DEFAULT_SCENARIOS])
         self._clock = clock
+        self.cpu = StandInCpu(os.environ.get(MODEL_CPU_DIR_ENV))
 
     async def answer(self, wire: WireFormat, request: JsonDict) -> JsonDict:
         """The non-stream response body the server would send, or its error as the SDK's."""
@@ -77,9 +112,11 @@ class InProcessModel:
             arrived_ns = time.monotonic_ns()
             first_turn = wire.conversation(request).assistant_turns == 0
             await self._clock.arrived(arrived_ns, first_turn)
+        started_ns = time.thread_time_ns()
         try:
             return self._answer(wire, request)
         finally:
+            self.cpu.add(started_ns)
             if self._clock is not None:
                 self._clock.answered()
 

@@ -5,7 +5,8 @@ the in-process provider, every worker kind and Redis sharing this machine.  Time
 first submission (through arq and the ingress worker, as a user submits) to the last run's
 final state write (its ``updated_ms``).  The CPU every process spent per tool call meanwhile
 (workers, Redis, this process) says where the time goes, and is steadier than calls/s on a
-machine others share.
+machine others share.  The workers' Python CPU is also given without the benchmark's model
+stand-in, which runs inside model_turn (`provider.StandInCpu`): the runtime's own cost.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from callgate.ops.bench import cost
 from callgate.ops.bench.floor import FloorRelay
-from callgate.ops.bench.harness import Deployment, cpu_seconds, run_spec
+from callgate.ops.bench.harness import Deployment, cpu_seconds, run_spec, stand_in_cpu_s
 from callgate.ops.stack import Progress
 
 SCENARIO = "bench-parallel"
@@ -22,6 +23,8 @@ WARM_UP = "bench-three-turns"
 TURNS, CALLS_PER_TURN = 5, 2
 """bench-parallel.json: five tool turns of two parallel reads each, then the answer."""
 TIMEOUT_S = 600.0
+NOT_WORKERS = ("redis", "bench")
+"""The processes of `cpu_seconds` that are not the runtime's Python workers."""
 WATCHED_RUNS = 10
 """Runs of the batch watched with MONITOR for the table by step (`cost.step_costs`)."""
 
@@ -31,25 +34,32 @@ async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any
     after one warm-up run."""
     assert deployment.redis is not None
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
-    before, commands_before = (
+    before, commands_before, stand_in_before = (
         await cpu_seconds(deployment),
         await cost.commands_so_far(deployment.redis),
+        stand_in_cpu_s(deployment),
     )
     records, started = await deployment.run_batch(run_spec(api, SCENARIO), runs, TIMEOUT_S)
-    after, commands_after = (
+    after, commands_after, stand_in_after = (
         await cpu_seconds(deployment),
         await cost.commands_so_far(deployment.redis),
+        stand_in_cpu_s(deployment),
     )
     finished = max(r.updated_ms for r in records) / 1000
     calls = runs * TURNS * CALLS_PER_TURN
     cpu = {name: (after[name] - before[name]) * 1000 / calls for name in before if name in after}
     commands = cost.per_call(commands_before, commands_after, calls)
+    workers = sum(ms for name, ms in cpu.items() if name not in NOT_WORKERS)
+    stand_in = (stand_in_after - stand_in_before) * 1000 / calls
     return {
         "calls": calls,
         "seconds": finished - started,
         "calls_per_s": _rate(calls, finished - started),
         "cpu_ms_per_call": sum(cpu.values()),
         "cpu_ms_per_call_by_process": cpu,
+        "workers_cpu_ms_per_call": workers,
+        "stand_in_cpu_ms_per_call": stand_in,
+        "runtime_cpu_ms_per_call": workers - stand_in,
         "redis_cpu_us_per_call": cpu.get("redis", 0.0) * 1000,
         "redis_commands_per_call": sum(commands.values()),
         "redis_commands_per_call_by_command": commands,
