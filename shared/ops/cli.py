@@ -60,6 +60,7 @@ COMMAND_MODULES = (
     "callgate.ops.doctor_cli",
     "callgate.ops.explore.cli",
     "callgate.ops.deploy_cli",
+    "callgate.ops.compile_cli",
     "callgate.api.serve",
 )
 """Modules that bring their own subcommand: each defines ``add_command(subparsers)``, which
