@@ -40,6 +40,7 @@ from callgate.ops.bench import (
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
 from callgate.ops.bench.variants import VARIANTS
+from callgate.ops.compile_cli import COMPILED, compiled_modules
 from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
@@ -174,6 +175,15 @@ def machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]}
 
 
+def build() -> str:
+    """Whether the workers (they inherit this process's ``PYTHONPATH``) run the step builders
+    compiled (`callgate compile`) or from their sources."""
+    compiled = compiled_modules()
+    if not compiled:
+        return "sources"
+    return "compiled" if len(compiled) == len(COMPILED) else f"compiled in part: {compiled}"
+
+
 SPEED_LOOP_ADDS = 10_000_000
 
 
@@ -220,6 +230,7 @@ async def run(args: argparse.Namespace) -> int:
         "machine": {
             **load_before,
             "python_loop_s": loop_s,
+            "build": build(),
             "load_avg_after": machine()["load_avg"],
             "cpu_stolen_share": stolen,
         },
@@ -233,7 +244,7 @@ async def run(args: argparse.Namespace) -> int:
         steal = "" if stolen is None else f", {stolen:.0%} of CPU time stolen by the hypervisor"
         print(
             f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}, "
-            f"10M Python additions in {loop_s:.2f} s{steal}"
+            f"10M Python additions in {loop_s:.2f} s{steal}; step builders: {build()}"
         )
         print(report.table(summary, met))
         details = report.breakdowns(summary)
