@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -26,32 +27,12 @@ from typing import Any
 
 import callgate
 import callgate.services
+from callgate.compiled import COMPILED, ORIGIN, sources_digest
 from callgate.ops.exits import ENDED, OK, USAGE
 
-COMPILED = (
-    "callgate.ledger.tx",
-    "callgate.ledger.group",
-    "callgate.ledger.binding",
-    "callgate.hash_fields",
-    "callgate.redact",
-    "callgate.keys",
-    "callgate.states",
-)
-"""The modules a step is built and encoded by; none defines a class another module
-subclasses (mypyc's classes take no subclass from interpreted code)."""
 MARKER = "callgate-compiled.txt"
 """Written last into a finished build: a directory holding it may be built over again."""
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
-
-
-def compiled_modules() -> list[str]:
-    """Which of `COMPILED` this process imports as C extensions (the benchmark says so)."""
-    found = []
-    for name in COMPILED:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin is not None and spec.origin.endswith(".so"):
-            found.append(name)
-    return found
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -66,7 +47,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         "(type-checks the package first: a minute or more)",
         file=sys.stderr,
     )
-    _copy_package(target)
+    copy_package(target)
     built = _build(target)
     if built is not None:
         print(f"callgate: mypyc failed: {built}", file=sys.stderr)
@@ -94,7 +75,7 @@ def _toolchain_problem() -> str | None:
     return None
 
 
-def _copy_package(target: Path) -> None:
+def copy_package(target: Path) -> None:
     """The package's sources, laid out by import name (``callgate/…``) as mypyc needs."""
     package = target / "callgate"
     for stale in (package, target / "build"):
@@ -102,9 +83,13 @@ def _copy_package(target: Path) -> None:
     for old in target.glob("*__mypyc*.so"):
         old.unlink()
     (target / MARKER).unlink(missing_ok=True)
-    shutil.copytree(Path(callgate.__file__).parent, package, ignore=_COPY_IGNORE)
+    sources = Path(callgate.__file__).parent
     services = Path(callgate.services.__file__).parent
+    shutil.copytree(sources, package, ignore=_COPY_IGNORE)
     shutil.copytree(services, package / "services", ignore=_COPY_IGNORE, dirs_exist_ok=True)
+    dirs = [sources, services] if services.parent != sources else [sources]
+    origin = {"dirs": [str(d) for d in dirs], "digest": sources_digest(dirs)}
+    (package / ORIGIN).write_text(json.dumps(origin, indent=2) + "\n")
 
 
 def _build(target: Path) -> str | None:

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 
 from callgate import eventloop
 from callgate.auth.deployment import TrustSource
+from callgate.compiled import StaleBuildError, check_build
 from callgate.config import Settings
 from callgate.connect import redis_client
 from callgate.envelopes import (
@@ -47,7 +48,13 @@ from callgate.tools.registry import RegistryError, ToolRegistry, load_registry
 
 log = logging.getLogger("callgate.service")
 
-STARTUP_ERRORS = (TrustConfigError, KeyFileError, RegistryError, TracingConfigError)
+STARTUP_ERRORS = (
+    TrustConfigError,
+    KeyFileError,
+    RegistryError,
+    TracingConfigError,
+    StaleBuildError,
+)
 """What a worker meets at start-up when the deployment's own files are wrong."""
 START_FAILED = 2
 """The exit code of a worker that could not start (`run_worker`)."""
@@ -288,8 +295,9 @@ def run_worker(name: str, work: Coroutine[Any, Any, Any]) -> None:
     tracing = None
     try:
         try:
+            check_build()
             tracing = start_tracing(name)
-        except TracingConfigError:
+        except (StaleBuildError, TracingConfigError):
             work.close()
             raise
         eventloop.run(work)

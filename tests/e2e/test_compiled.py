@@ -4,14 +4,17 @@ guard and encode steps as their sources do."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from callgate.ops.compile_cli import COMPILED, MARKER
+from callgate.compiled import COMPILED, ORIGIN, sources_digest
+from callgate.ops.compile_cli import MARKER, copy_package
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 900
@@ -50,7 +53,7 @@ def test_the_compiled_step_builders_pass_the_ledgers_tests(tmp_path: Path) -> No
     assert built.returncode == 0, built.stderr[-3000:]
     assert built.stdout.strip() == f"PYTHONPATH={target}"
 
-    which = "from callgate.ops.compile_cli import compiled_modules; print(compiled_modules())"
+    which = "from callgate.compiled import compiled_modules; print(compiled_modules())"
     found = _on(target, [sys.executable, "-c", which], 60)
     assert found.stdout.strip() == str(list(COMPILED)), found.stderr
 
@@ -71,3 +74,21 @@ def test_a_directory_holding_something_else_is_refused_untouched(tmp_path: Path)
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
     assert not (tmp_path / MARKER).exists()
+
+
+def test_a_worker_refuses_a_compiled_copy_whose_sources_changed_since(tmp_path: Path) -> None:
+    """An upgrade without compiling again would run the old release from the copy: every
+    worker stops at start-up and says what to do (exit 2), instead."""
+    target, sources = tmp_path / "compiled", tmp_path / "sources"
+    copy_package(target)  # laid out as `callgate compile` makes it; compiling changes nothing here
+    shutil.copytree(ROOT / "shared", sources)
+    recorded = target / "callgate" / ORIGIN
+    recorded.write_text(json.dumps({"dirs": [str(sources)], "digest": sources_digest([sources])}))
+    check = "from callgate.compiled import check_build; check_build(); print('current')"
+    assert _on(target, [sys.executable, "-c", check], 60).stdout.strip() == "current"
+
+    with (sources / "ledger" / "tx.py").open("a") as upgraded:
+        upgraded.write("# the next release\n")
+    worker = _on(target, [sys.executable, "-m", "callgate.services.executor"], 60)
+    assert worker.returncode == 2
+    assert "changed since it was built: run callgate compile" in worker.stdout + worker.stderr

@@ -23,6 +23,7 @@ from typing import Any, get_args
 import orjson
 import redis.asyncio as aioredis
 
+from callgate.compiled import COMPILED, compiled_modules
 from callgate.envelopes import new_id
 from callgate.keys import Keys
 from callgate.ops.bench import (
@@ -40,7 +41,6 @@ from callgate.ops.bench import (
 from callgate.ops.bench.floor import FloorRelay
 from callgate.ops.bench.harness import Deployment, bench_redis, delete_prefix
 from callgate.ops.bench.variants import VARIANTS
-from callgate.ops.compile_cli import COMPILED, compiled_modules
 from callgate.ops.stack import base_env, progress_to_stderr
 from callgate.ops.supervisor import Supervisor, quiet_sink
 from callgate.records import Api
