@@ -4,6 +4,7 @@ run the old release: every worker refuses to start then, `callgate.streams.servi
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.util
 import json
@@ -24,6 +25,8 @@ COMPILED = (
 )
 """The modules a step is built and encoded by; none defines a class another module
 subclasses (mypyc's classes take no subclass from interpreted code)."""
+BUILD_OUTPUTS = ("__pycache__", "*.so", "*.pyc")
+"""What a build or an import leaves beside the sources: neither copied nor digested."""
 ORIGIN = "compiled_from.json"
 """In the copy's package: the sources it was built from and their digest (`check_build`)."""
 
@@ -47,9 +50,10 @@ def sources_digest(dirs: Sequence[Path]) -> str:
     digest = hashlib.sha256()
     for root in dirs:
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            if "__pycache__" in path.parts or path.suffix in (".so", ".pyc"):
+            relative = path.relative_to(root)
+            if any(fnmatch.filter(relative.parts, pattern) for pattern in BUILD_OUTPUTS):
                 continue
-            digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes())
+            digest.update(f"{relative}\0".encode() + path.read_bytes())
     return digest.hexdigest()
 
 

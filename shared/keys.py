@@ -71,10 +71,10 @@ class Keys:
         return zlib.crc32(run_id.encode()) % self.partitions
 
     def tag(self, partition: int) -> str:
-        return _tag(self.prefix, partition)  # every key of every step is built through here
+        return _tag(self.prefix, partition)
 
     def _run_tag(self, run_id: str) -> str:
-        return _tag(self.prefix, self.partition(run_id))
+        return _tag(self.prefix, self.partition(run_id))  # every key of every step: cached
 
     # Per-run records.
     def run(self, run_id: str) -> str:

@@ -27,12 +27,12 @@ from typing import Any
 
 import callgate
 import callgate.services
-from callgate.compiled import COMPILED, ORIGIN, sources_digest
+from callgate.compiled import BUILD_OUTPUTS, COMPILED, ORIGIN, sources_digest
 from callgate.ops.exits import ENDED, OK, USAGE
 
 MARKER = "callgate-compiled.txt"
 """Written last into a finished build: a directory holding it may be built over again."""
-_COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
+_COPY_IGNORE = shutil.ignore_patterns(*BUILD_OUTPUTS)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:

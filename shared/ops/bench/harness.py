@@ -229,6 +229,10 @@ class Deployment:
         }
 
 
+NOT_WORKERS = ("redis", "bench")
+"""The entries of `cpu_seconds` that are not the runtime's Python workers."""
+
+
 async def cpu_seconds(deployment: Deployment) -> dict[str, float]:
     """CPU time so far of every worker, of Redis (its INFO) and of this benchmark process."""
     assert deployment.redis is not None

@@ -15,7 +15,13 @@ from typing import Any
 
 from callgate.ops.bench import cost
 from callgate.ops.bench.floor import FloorRelay
-from callgate.ops.bench.harness import Deployment, cpu_seconds, run_spec, stand_in_cpu_s
+from callgate.ops.bench.harness import (
+    NOT_WORKERS,
+    Deployment,
+    cpu_seconds,
+    run_spec,
+    stand_in_cpu_s,
+)
 from callgate.ops.stack import Progress
 
 SCENARIO = "bench-parallel"
@@ -23,8 +29,6 @@ WARM_UP = "bench-three-turns"
 TURNS, CALLS_PER_TURN = 5, 2
 """bench-parallel.json: five tool turns of two parallel reads each, then the answer."""
 TIMEOUT_S = 600.0
-NOT_WORKERS = ("redis", "bench")
-"""The processes of `cpu_seconds` that are not the runtime's Python workers."""
 WATCHED_RUNS = 10
 """Runs of the batch watched with MONITOR for the table by step (`cost.step_costs`)."""
 
