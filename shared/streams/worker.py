@@ -344,6 +344,9 @@ class StreamWorker:
     async def _reclaim(self, budget: int) -> int:
         """XAUTOCLAIM idle pending messages (a dead consumer's, or our own failed ones)."""
         started = 0
+        # Ours when the claim went out: it may finish and be acked before the reply is read,
+        # and must not run again then (a failed one is claimed on a later pass).
+        running = set(self._tasks)
         for stream in self._streams:
             if started >= budget:
                 break
@@ -368,8 +371,8 @@ class StreamWorker:
                 self._redis, stream, self._group, self.consumer, [i for i, _ in entries]
             )
             for message_id, fields in entries:
-                if (stream, message_id) in self._tasks:
-                    continue  # still running here; the claim only refreshed it
+                if (stream, message_id) in running:
+                    continue  # running here when claimed; the claim only refreshed it
                 msg = Message.of(stream, message_id, fields, counts.get(message_id, 1))
                 self.stats.reclaimed += 1
                 log.info("reclaimed idle message", extra=msg.fields(delivery_count=msg.count))
