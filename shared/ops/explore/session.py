@@ -79,6 +79,7 @@ async def explore(
     seconds: float | None = None,
     events: int | None = None,
     shrink_s: float = SHRINK_S,
+    shrink_replays: int | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> Report:
     """Explore until ``seconds`` or ``events`` are spent, or an invariant breaks."""
@@ -93,7 +94,7 @@ async def explore(
         report.seconds = time.monotonic() - started
         if outcome.broken:
             progress(f"{outcome.broken} broken after {report.events} events: shrinking")
-            shrunk = await shrink(world, own, outcome, shrink_s)
+            shrunk = await shrink(world, own, outcome, shrink_s, shrink_replays)
             report.found = Found(own, outcome, shrunk, report.seconds, report.events)
             break
         if time.monotonic() - last_said >= PROGRESS_EVERY_S:
@@ -116,15 +117,24 @@ async def replay(world: World, seed: int, choices: list[str], *, drain: bool = T
     return await run_episode(world, Choices(recorded=choices), seed, drain=drain)
 
 
-async def shrink(world: World, seed: int, found: Outcome, budget_s: float) -> Outcome:
-    """The shortest schedule found within ``budget_s`` that breaks the same invariant."""
+async def shrink(
+    world: World, seed: int, found: Outcome, budget_s: float, replays: int | None = None
+) -> Outcome:
+    """The shortest schedule found within ``budget_s`` (and at most ``replays`` replays, a
+    budget whose result does not depend on the machine's speed) that breaks the same
+    invariant."""
     deadline = time.monotonic() + budget_s
     best = found
     name = found.broken
     drain = found.chosen is not None  # it broke in the drain or at rest: keep the drain
+    tries = 0
+
+    def in_budget() -> bool:
+        return time.monotonic() < deadline and (replays is None or tries < replays)
 
     async def still_breaks(candidate: list[str]) -> bool:
-        nonlocal best
+        nonlocal best, tries
+        tries += 1
         outcome = await replay(world, seed, candidate, drain=drain)
         shorter = (len(outcome.steps), len(outcome.choices)) < (len(best.steps), len(best.choices))
         if outcome.broken != name or len(outcome.steps) > len(best.steps) or not shorter:
@@ -134,9 +144,9 @@ async def shrink(world: World, seed: int, found: Outcome, budget_s: float) -> Ou
 
     for split in (steps_of, tokens_of):  # whole steps first, then single answers
         chunk = max(1, len(split(best.choices)) // 2)
-        while chunk >= 1 and time.monotonic() < deadline:
+        while chunk >= 1 and in_budget():
             start, removed = 0, False
-            while start < len(split(best.choices)) and time.monotonic() < deadline:
+            while start < len(split(best.choices)) and in_budget():
                 units = split(best.choices)
                 if await still_breaks(
                     [t for u in units[:start] + units[start + chunk :] for t in u]
