@@ -57,19 +57,25 @@ def sources_digest(dirs: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+def running_copy() -> Path | None:
+    """The directory of the compiled copy this process runs (what PYTHONPATH named), or None
+    when it runs the sources."""
+    package = Path(callgate.__file__).parent
+    return package.parent if (package / ORIGIN).exists() else None
+
+
 def check_build() -> None:
     """`StaleBuildError` if this process runs a compiled copy built from sources that changed
     since (an upgrade without compiling again would run the old release); else nothing."""
-    package = Path(callgate.__file__).parent
-    recorded = package / ORIGIN
-    if not recorded.exists():
+    copy = running_copy()
+    if copy is None:
         return  # the sources themselves
-    origin = json.loads(recorded.read_text())
+    origin = json.loads((copy / "callgate" / ORIGIN).read_text())
     dirs = [Path(d) for d in origin["dirs"]]
     if all(d.is_dir() for d in dirs) and sources_digest(dirs) == origin["digest"]:
         return
     raise StaleBuildError(
-        f"PYTHONPATH runs the compiled copy in {package.parent}, whose sources "
-        f"({', '.join(origin['dirs'])}) changed since it was built: run callgate compile "
-        f"--target {package.parent} again, or take it off PYTHONPATH"
+        f"PYTHONPATH runs the compiled copy in {copy}, whose sources "
+        f"({', '.join(origin['dirs'])}) changed since it was built: take it off PYTHONPATH, "
+        f"or build it again with callgate compile --target {copy} (with it off PYTHONPATH)"
     )

@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import orjson
 
 from callgate.client import CallgateClient
+from callgate.compiled import check_build
 from callgate.config import Settings
 from callgate.ops import exits
 from callgate.ops.dev_cli import (
@@ -247,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = args.handler
     try:
+        check_build()  # a stale compiled copy would run the old release's steps
         result = handler(args)
         code = asyncio.run(result) if asyncio.iscoroutine(result) else result
     except KeyboardInterrupt:

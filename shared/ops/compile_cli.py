@@ -27,7 +27,7 @@ from typing import Any
 
 import callgate
 import callgate.services
-from callgate.compiled import BUILD_OUTPUTS, COMPILED, ORIGIN, sources_digest
+from callgate.compiled import BUILD_OUTPUTS, COMPILED, ORIGIN, running_copy, sources_digest
 from callgate.ops.exits import ENDED, OK, USAGE
 
 MARKER = "callgate-compiled.txt"
@@ -37,7 +37,7 @@ _COPY_IGNORE = shutil.ignore_patterns(*BUILD_OUTPUTS)
 
 def cmd_compile(args: argparse.Namespace) -> int:
     target = Path(args.target).resolve()
-    problem = _target_problem(target) or _toolchain_problem()
+    problem = _source_problem() or _target_problem(target) or _toolchain_problem()
     if problem is not None:
         print(f"callgate: {problem}", file=sys.stderr)
         return USAGE
@@ -56,6 +56,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"callgate: done in {time.monotonic() - started:.0f} s", file=sys.stderr)
     print(f"PYTHONPATH={target}")
     return OK
+
+
+def _source_problem() -> str | None:
+    """The copy is made from the package this command runs: that must be the sources."""
+    copy = running_copy()
+    if copy is None:
+        return None
+    return f"this callgate runs the compiled copy in {copy}: take it off PYTHONPATH to compile"
 
 
 def _target_problem(target: Path) -> str | None:

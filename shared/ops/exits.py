@@ -20,6 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from callgate.auth.keyring import LocalKeyring
 from callgate.client import CallgateClient
+from callgate.compiled import StaleBuildError
 from callgate.config import Settings
 from callgate.errors import (
     CallgateError,
@@ -119,7 +120,7 @@ def failure(exc: BaseException) -> tuple[str, int] | None:
     if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return one_line(f"bad setting: {problems}"), USAGE
-    if isinstance(exc, RunSpecError):
+    if isinstance(exc, RunSpecError | StaleBuildError):
         return one_line(str(exc)), USAGE
     if isinstance(exc, ConflictError | NotFoundError):
         return one_line(str(exc)), CONFLICT

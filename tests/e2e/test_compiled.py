@@ -77,19 +77,49 @@ def test_a_directory_holding_something_else_is_refused_untouched(tmp_path: Path)
     assert not (tmp_path / MARKER).exists()
 
 
-def test_a_worker_refuses_a_compiled_copy_whose_sources_changed_since(tmp_path: Path) -> None:
-    """An upgrade without compiling again would run the old release from the copy: every
-    worker stops at start-up and says what to do (exit 2), instead."""
+def _stale_copy(tmp_path: Path) -> Path:
+    """A copy laid out as `callgate compile` makes it (compiling changes nothing here), current
+    until its sources take the next release."""
     target, sources = tmp_path / "compiled", tmp_path / "sources"
-    copy_package(target)  # laid out as `callgate compile` makes it; compiling changes nothing here
+    copy_package(target)
     shutil.copytree(ROOT / "shared", sources)
     recorded = target / "callgate" / ORIGIN
     recorded.write_text(json.dumps({"dirs": [str(sources)], "digest": sources_digest([sources])}))
     check = "from callgate.compiled import check_build; check_build(); print('current')"
     assert _on(target, [sys.executable, "-c", check], 60).stdout.strip() == "current"
-
     with (sources / "ledger" / "tx.py").open("a") as upgraded:
         upgraded.write("# the next release\n")
+    return target
+
+
+def test_a_worker_refuses_a_compiled_copy_whose_sources_changed_since(tmp_path: Path) -> None:
+    """An upgrade without compiling again would run the old release from the copy: every
+    worker stops at start-up and says what to do (exit 2), instead."""
+    target = _stale_copy(tmp_path)
     worker = _on(target, [sys.executable, "-m", "callgate.services.executor"], 60)
     assert worker.returncode == 2
-    assert "changed since it was built: run callgate compile" in worker.stdout + worker.stderr
+    assert "changed since it was built: take it off PYTHONPATH" in worker.stdout + worker.stderr
+
+
+def test_a_command_refuses_a_stale_copy_and_compile_refuses_any_copy(tmp_path: Path) -> None:
+    """A command would run the old release's steps (`callgate cancel` writes one): one line,
+    exit 2, nothing done.  `compile` copies the package it runs, so it refuses to run from a
+    copy, current or not, rather than copy the copy."""
+    target = _stale_copy(tmp_path)
+    cli = [sys.executable, "-m", "callgate.ops.cli"]
+    cancel = _on(target, [*cli, "cancel", "no-such-run", "--as", "alice"], 60)
+    assert cancel.returncode == 2, cancel.stderr
+    [line] = cancel.stderr.strip().splitlines()
+    assert line.startswith("callgate: PYTHONPATH runs the compiled copy in ")
+    assert line.endswith(f"callgate compile --target {target} (with it off PYTHONPATH)")
+
+    (target / "callgate" / ORIGIN).write_text(
+        json.dumps({"dirs": [str(ROOT / "shared")], "digest": sources_digest([ROOT / "shared"])})
+    )  # current again: the copy of the sources this checkout holds
+    again = _on(target, [*cli, "compile", "--target", str(tmp_path / "other")], 60)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"callgate: this callgate runs the compiled copy in {target}: take it off PYTHONPATH "
+        "to compile"
+    ]
+    assert not (tmp_path / "other").exists()
