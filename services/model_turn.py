@@ -50,6 +50,7 @@ from callgate.loop.decisions import (
 from callgate.loop.joins import TurnJoins
 from callgate.loop.results import echo_free, marks_sensitive, result_input
 from callgate.providers import ADAPTERS, adapter_for
+from callgate.providers.adapter import SdkAdapter
 from callgate.providers.base import ProviderAdapter, TurnOutcome
 from callgate.records import CallRecord, RunRecord
 from callgate.states import RunState
@@ -85,6 +86,12 @@ class ModelTurn:
         if api not in self._adapters:
             self._adapters[api] = adapter_for(api, self.rt.settings.adapter_factory)
         return self._adapters[api]
+
+    async def aclose(self) -> None:
+        """Close the SDK clients the adapters made (on the runtime's shutdown)."""
+        for adapter in self._adapters.values():
+            if isinstance(adapter, SdkAdapter):
+                await adapter.aclose()
 
     def warm_up(self) -> None:
         """Build every adapter's SDK client before serving: building one is blocking work
@@ -360,6 +367,7 @@ def _exists(run_id: str, run: RunRecord | None) -> RunRecord:
 async def _make_handler(runtime: Runtime) -> Handler:
     worker = ModelTurn(runtime)
     worker.warm_up()
+    runtime.closers.append(worker.aclose)
     return worker.handle
 
 

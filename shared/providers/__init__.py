@@ -29,7 +29,9 @@ def adapter_for(api: str, factory: str | None = None) -> ProviderAdapter:
     return adapter
 
 
-def get_adapter(api: str, *, stream: bool = True) -> ProviderAdapter:
+def get_adapter(
+    api: str, *, stream: bool = True
+) -> OpenAIResponsesAdapter | OpenAIChatAdapter | AnthropicMessagesAdapter:
     """A new adapter (with its own SDK client, created on first use) for `api`."""
     try:
         cls = ADAPTERS[api]

@@ -35,8 +35,14 @@ class RequestBuilder(Protocol):
         ...
 
 
+class SdkClient(Protocol):
+    async def close(self) -> None:
+        """Close the client's HTTP connections."""
+        ...
+
+
 A = TypeVar("A", bound=Assembler)
-C = TypeVar("C")
+C = TypeVar("C", bound=SdkClient)
 
 
 class SdkAdapter(abc.ABC, Generic[A, C]):
@@ -59,6 +65,13 @@ class SdkAdapter(abc.ABC, Generic[A, C]):
         if self._client is None:
             self._client = self._new_client()
         return self._client
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections, if it was made (inside the loop that used it:
+        left to the garbage collector, it closes them after the loop ended, and fails)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
 
     def initial_history(self, user_input: str) -> list[JsonDict]:
         return [{"role": "user", "content": user_input}]

@@ -131,12 +131,23 @@ async def complete(
     model: str,
     history: list[dict[str, Any]] | None = None,
 ) -> TurnOutcome:
+    adapter = adapter_on(server, monkeypatch, api)
+    try:
+        return await adapter.complete(turn_input(adapter, model, history))
+    finally:
+        await adapter.aclose()
+
+
+def adapter_on(server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api: str) -> Any:
     monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-local")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted-local")
-    adapter = get_adapter(api)
-    turn = TurnInput(
+    return get_adapter(api)
+
+
+def turn_input(adapter: Any, model: str, history: list[dict[str, Any]] | None) -> TurnInput:
+    return TurnInput(
         model=model,
         history=history or adapter.initial_history("hi"),
         tools=TOOLS,
@@ -144,7 +155,22 @@ async def complete(
         max_output_tokens=256,
         timeout_s=10,
     )
-    return await adapter.complete(turn)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_closing_an_adapter_closes_the_client_its_turn_used(
+    server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    """model_turn closes its SDK clients on shutdown, inside its loop: left to the garbage
+    collector, they close after the loop ended, and fail ("Event loop is closed")."""
+    adapter = adapter_on(server, monkeypatch, api)
+    await adapter.complete(turn_input(adapter, "case-final_answer", None))
+    client = adapter.client
+    assert not client.is_closed()
+    await adapter.aclose()
+    assert client.is_closed()
+    assert adapter.client is not client  # a later turn makes a new one
+    await adapter.aclose()
 
 
 @pytest.mark.parametrize("api", APIS)
