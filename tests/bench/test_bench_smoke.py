@@ -42,6 +42,10 @@ def test_smoke_run_reports_every_figure_and_target(redis_server: EmbeddedRedis) 
         value = scenarios[scenario][figure]
         assert isinstance(value, int | float) and not math.isnan(value), (scenario, figure)
     assert set(document["targets"]) == set(TARGETS)
+    redis_time = scenarios["throughput"]["redis_command_us_per_call_by_command"]
+    assert redis_time["evalsha"] > 0 and list(redis_time.values()) == sorted(
+        redis_time.values(), reverse=True
+    )
     stolen = document["machine"]["cpu_stolen_share"]
     assert stolen is None or 0 <= stolen <= 1
     assert document["machine"]["python_loop_s"] > 0

@@ -8,6 +8,7 @@ from callgate.ops.bench.report import (
     TARGETS,
     percentile,
     recovery_summary,
+    redis_time_table,
     step_breakdown,
     table,
     targets,
@@ -96,3 +97,18 @@ def test_step_breakdown_averages_the_gaps_between_commits() -> None:
     steps = step_breakdown(events)
     assert list(steps.values()) == [(4 + 6) / 2, 1, 2, 1, 2]
     assert next(iter(steps)).startswith("model_turn: turn message read")
+
+
+def test_redis_time_table_lists_the_costliest_commands_first_with_their_time_each() -> None:
+    figures = {
+        "redis_command_us_per_call_by_command": {"evalsha": 100.0, "hset": 9.0, "xack": 1.5},
+        "redis_commands_per_call_by_command": {"hset": 6.0, "evalsha": 0.25, "xack": 0.2},
+    }
+    lines = redis_time_table(figures).splitlines()
+    assert lines[0].startswith("Redis time by command")
+    rows = [line.split() for line in lines[2:]]
+    assert rows == [
+        ["evalsha", "100.00", "0.250", "400.00"],
+        ["hset", "9.00", "6.000", "1.50"],
+        ["xack", "1.50", "0.200", "7.50"],
+    ]

@@ -33,16 +33,27 @@ OTHER_SCRIPT = "(other scripts)"
 """Scripts that are not ledger steps (arq's, the stream loop's reclaim)."""
 
 
-async def commands_so_far(redis: aioredis.Redis) -> Counter[str]:
-    """Calls of every command since Redis started (or ``CONFIG RESETSTAT``), by name."""
+@dataclass(frozen=True)
+class CommandStats:
+    """``INFO commandstats`` at one moment, by command name."""
+
+    calls: Counter[str]
+    usec: Counter[str]
+    """Redis's own time in each command; a script's includes the commands it ran."""
+
+
+async def commands_so_far(redis: aioredis.Redis) -> CommandStats:
+    """Calls of, and time in, every command since Redis started (or ``CONFIG RESETSTAT``)."""
     stats = await redis.info("commandstats")
-    return Counter(
-        {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+    names = {name: name.removeprefix("cmdstat_") for name in stats}
+    return CommandStats(
+        Counter({names[name]: int(row["calls"]) for name, row in stats.items()}),
+        Counter({names[name]: int(row["usec"]) for name, row in stats.items()}),
     )
 
 
 def per_call(before: Counter[str], after: Counter[str], calls: int) -> dict[str, float]:
-    """Commands per tool call between two `commands_so_far` readings, largest first."""
+    """Commands (or µs) per tool call between two `commands_so_far` readings, largest first."""
     spent = after - before
     spent.pop("info", None)  # the readings themselves
     return {name: count / calls for name, count in spent.most_common()}

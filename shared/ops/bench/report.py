@@ -231,6 +231,8 @@ def breakdowns(summary: dict[str, dict[str, Any]]) -> str:
         rows = _with_stand_in(summary.get(scenario, {}), figure)
         if rows:
             parts.append("\n".join([title, *(f"  {k:<58} {v:>7.3f}" for k, v in rows.items())]))
+    if summary.get("throughput", {}).get("redis_command_us_per_call_by_command"):
+        parts.append(redis_time_table(summary["throughput"]))
     steps = summary.get("throughput", {}).get("redis_by_step", {}).get("steps") or {}
     if steps:
         parts.append(step_table(steps))
@@ -261,6 +263,24 @@ def scale_out_table(curve: dict[str, dict[str, float]]) -> str:
         for count, p in curve.items()
     ]
     return "\n".join(["scale-out: executors on 50 ms tools", head, *rows])
+
+
+REDIS_TIME_ROWS = 8
+
+
+def redis_time_table(figures: dict[str, Any]) -> str:
+    """Redis's own time by command (``INFO commandstats``), the largest first: a script's row
+    holds the commands it ran too, which also have rows of their own."""
+    usec = figures["redis_command_us_per_call_by_command"]
+    counts = figures.get("redis_commands_per_call_by_command", {})
+    head = f"  {'command':<22} {'µs/call':>10} {'calls/call':>10} {'µs each':>9}"
+    rows = [
+        f"  {name:<22} {us:>10.2f} {counts.get(name, 0.0):>10.3f} "
+        f"{us / counts[name] if counts.get(name) else 0.0:>9.2f}"
+        for name, us in list(usec.items())[:REDIS_TIME_ROWS]
+    ]
+    title = "Redis time by command, per tool call (EVALSHA includes the commands its steps ran)"
+    return "\n".join([title, head, *rows])
 
 
 def step_table(steps: dict[str, dict[str, Any]]) -> str:

@@ -52,7 +52,8 @@ async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any
     finished = max(r.updated_ms for r in records) / 1000
     calls = runs * TURNS * CALLS_PER_TURN
     cpu = {name: (after[name] - before[name]) * 1000 / calls for name in before if name in after}
-    commands = cost.per_call(commands_before, commands_after, calls)
+    commands = cost.per_call(commands_before.calls, commands_after.calls, calls)
+    command_usec = cost.per_call(commands_before.usec, commands_after.usec, calls)
     workers = sum(ms for name, ms in cpu.items() if name not in NOT_WORKERS)
     stand_in = (stand_in_after - stand_in_before) * 1000 / calls
     return {
@@ -67,6 +68,7 @@ async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any
         "redis_cpu_us_per_call": cpu.get("redis", 0.0) * 1000,
         "redis_commands_per_call": sum(commands.values()),
         "redis_commands_per_call_by_command": commands,
+        "redis_command_us_per_call_by_command": command_usec,
     }
 
 
