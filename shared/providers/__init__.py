@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
+from callgate.providers.adapter import SdkAdapter
 from callgate.providers.anthropic_messages import AnthropicMessagesAdapter
 from callgate.providers.base import ProviderAdapter
 from callgate.providers.openai_chat import OpenAIChatAdapter
@@ -29,9 +31,7 @@ def adapter_for(api: str, factory: str | None = None) -> ProviderAdapter:
     return adapter
 
 
-def get_adapter(
-    api: str, *, stream: bool = True
-) -> OpenAIResponsesAdapter | OpenAIChatAdapter | AnthropicMessagesAdapter:
+def get_adapter(api: str, *, stream: bool = True) -> SdkAdapter[Any, Any]:
     """A new adapter (with its own SDK client, created on first use) for `api`."""
     try:
         cls = ADAPTERS[api]

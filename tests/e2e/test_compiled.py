@@ -77,14 +77,19 @@ def test_a_directory_holding_something_else_is_refused_untouched(tmp_path: Path)
     assert not (tmp_path / MARKER).exists()
 
 
+def _built_from(target: Path, sources: Path) -> None:
+    """Record in the copy that it was built from ``sources`` as they are now."""
+    origin = {"dirs": [str(sources)], "digest": sources_digest([sources])}
+    (target / "callgate" / ORIGIN).write_text(json.dumps(origin))
+
+
 def _stale_copy(tmp_path: Path) -> Path:
     """A copy laid out as `callgate compile` makes it (compiling changes nothing here), current
     until its sources take the next release."""
     target, sources = tmp_path / "compiled", tmp_path / "sources"
     copy_package(target)
     shutil.copytree(ROOT / "shared", sources)
-    recorded = target / "callgate" / ORIGIN
-    recorded.write_text(json.dumps({"dirs": [str(sources)], "digest": sources_digest([sources])}))
+    _built_from(target, sources)
     check = "from callgate.compiled import check_build; check_build(); print('current')"
     assert _on(target, [sys.executable, "-c", check], 60).stdout.strip() == "current"
     with (sources / "ledger" / "tx.py").open("a") as upgraded:
@@ -113,9 +118,7 @@ def test_a_command_refuses_a_stale_copy_and_compile_refuses_any_copy(tmp_path: P
     assert line.startswith("callgate: PYTHONPATH runs the compiled copy in ")
     assert line.endswith(f"callgate compile --target {target} (with it off PYTHONPATH)")
 
-    (target / "callgate" / ORIGIN).write_text(
-        json.dumps({"dirs": [str(ROOT / "shared")], "digest": sources_digest([ROOT / "shared"])})
-    )  # current again: the copy of the sources this checkout holds
+    _built_from(target, ROOT / "shared")  # current again: this checkout's sources
     again = _on(target, [*cli, "compile", "--target", str(tmp_path / "other")], 60)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from callgate.providers import anthropic_messages, get_adapter, openai_chat, openai_responses
+from callgate.providers.adapter import SdkAdapter
 from callgate.providers.base import ToolResultInput, TurnInput, TurnOutcome
 from callgate.standins.scripted_model import ScriptedModelServer
 from callgate.tools.contract import ToolSpec
@@ -138,7 +139,9 @@ async def complete(
         await adapter.aclose()
 
 
-def adapter_on(server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api: str) -> Any:
+def adapter_on(
+    server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api: str
+) -> SdkAdapter[Any, Any]:
     monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", server.anthropic_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "scripted-local")
@@ -146,7 +149,9 @@ def adapter_on(server: ScriptedModelServer, monkeypatch: pytest.MonkeyPatch, api
     return get_adapter(api)
 
 
-def turn_input(adapter: Any, model: str, history: list[dict[str, Any]] | None) -> TurnInput:
+def turn_input(
+    adapter: SdkAdapter[Any, Any], model: str, history: list[dict[str, Any]] | None
+) -> TurnInput:
     return TurnInput(
         model=model,
         history=history or adapter.initial_history("hi"),

@@ -244,7 +244,8 @@ async def run(args: argparse.Namespace) -> int:
         steal = "" if stolen is None else f", {stolen:.0%} of CPU time stolen by the hypervisor"
         print(
             f"machine: {machine()['cpus']} cpus, load {load_before['load_avg']}, "
-            f"10M Python additions in {loop_s:.2f} s{steal}; step builders: {build()}"
+            f"10M Python additions in {loop_s:.2f} s{steal}; "
+            f"step builders: {document['machine']['build']}"
         )
         print(report.table(summary, met))
         details = report.breakdowns(summary)
