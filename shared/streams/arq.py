@@ -34,6 +34,7 @@ from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecErro
 from callgate.jobs import job_deserializer, job_serializer, redis_settings
 from callgate.keys import Keys
 from callgate.logs import log_fields
+from callgate.streams.arq_lease import LeasedWorker
 from callgate.streams.commands import REDIS_ERRORS, backoff_s
 from callgate.streams.service import Runtime, build_runtime, consumer_name, open_tool_sources
 from callgate.streams.upkeep import announce
@@ -41,9 +42,8 @@ from callgate.streams.upkeep import announce
 log = logging.getLogger("callgate.arq")
 
 JOB_TIMEOUT_S = 10
-"""Every callgate job is a few Redis round trips.  arq lets another worker take the job of a
-worker that died only after the longest job timeout + 10 s, so this bounds how long a
-SIGKILLed ingress delays the runs it was starting (with 60 s it was 70 s)."""
+"""Every callgate job is a few Redis round trips.  How soon a dead worker's job moves on is
+not this but its lease (`callgate.streams.arq_lease`)."""
 
 
 REFUSALS: tuple[type[Exception], ...] = (AuthError, RunSpecError, ConflictError, NotFoundError)
@@ -102,7 +102,8 @@ class QueueSpec:
 def create_worker(
     settings: Settings, queue: QueueSpec, service: str, *, burst: bool = False
 ) -> Worker:
-    """The arq worker for ``queue``: its own runtime in each job's ``ctx["runtime"]``."""
+    """The arq worker for ``queue``: its own runtime in each job's ``ctx["runtime"]``, each
+    job held on a short lease (`LeasedWorker`)."""
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         runtime = build_runtime(service, settings)
@@ -115,7 +116,7 @@ def create_worker(
             await runtime.close()
 
     quiet_refusals()
-    return Worker(
+    return LeasedWorker(
         functions=[logging_refusals(f) for f in queue.functions],
         # Periodic jobs are for a serving worker: in burst mode one falling due mid-drain
         # would add a job nobody queued.
