@@ -7,7 +7,7 @@ Modules, one job each:
 * `boundaries` — every deterministic crash point, and which effect kinds reach it (pure);
 * `approver`   — a simulated approver posting decisions on the approvals stream;
 * `people`     — the run's user cancelling, a resolver settling unknown outcomes (signed too);
-* `recovery`   — what a killed worker held, and when it was settled;
+* `recovery`   — what a killed worker held, and when a live one had taken it all up;
 * `injector`   — SIGKILLs at random moments, one Redis restart;
 * `facts`      — collecting the facts at the end (I/O);
 * `invariants` — the checks, pure functions over those facts;

@@ -1,8 +1,9 @@
 """Faults at random moments: SIGKILL a worker process of every kind in turn, restart Redis once.
 
 The supervisor restarts whatever dies; each kill is tracked (`callgate.ops.chaos.recovery`) until
-everything the dead process held has a durable outcome.  The kind killed next, the replica
-order and the gap until the next kill come from one generator seeded by the session's seed.
+everything the dead process held is settled or taken up by a live worker.  The kind killed
+next, the replica order and the gap until the next kill come from one generator seeded by the
+session's seed.
 A process is mostly idle between messages, so a kill waits up to `BUSY_WAIT_S` for a replica
 that holds work (in-flight messages, or an arq job) and kills that one, else an idle one:
 a kill that lands on nothing tests a restart, not a recovery.
@@ -76,7 +77,7 @@ class Injector:
         return self._order.pop()
 
     def _unrecovered(self, kind: str) -> frozenset[str]:
-        """Work earlier kills of ``kind`` held that is not settled yet."""
+        """Work earlier kills of ``kind`` held that no live worker has taken up yet."""
         return frozenset(
             h for k in self.faults.kills if k.kind == kind and k.recovery_s is None for h in k.held
         )
