@@ -10,6 +10,9 @@
   ingress run).
 * **Clocks**: Redis's TIME and this machine's agree within `CLOCK_SKEW_S` (signatures' ``iat``
   and ``exp``, deadlines and approval expiry compare the two).
+* **Stranded calls**: no call of a live run sits past its timeouts in a state only a worker
+  moves it on from (`callgate.ops.stranded`): one line each, naming the run, call, tool, state
+  and age.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from redis.exceptions import AuthenticationError, NoPermissionError, ResponseErr
 
 from callgate.config import Settings
 from callgate.keys import Keys
+from callgate.ledger.reads import Reads
 from callgate.logs import mask_url_password
 from callgate.ops import exits
 from callgate.ops.stack import WORKERS
+from callgate.ops.stranded import find_stranded
 
 Check = tuple[bool, str]
 REDIS_TIMEOUT_S = 2.0
@@ -186,6 +191,21 @@ async def check_clock(settings: Settings) -> Check:
             "signatures, deadlines and approval expiry compare them"
         )
     return True, f"clock agrees with Redis's ({skew:+.2f} s)"
+
+
+async def check_stranded(settings: Settings) -> list[Check]:
+    """One line per stranded call, or one saying there is none."""
+    client = client_of(settings.redis_url)
+    reads = Reads(client, Keys(settings.key_prefix, settings.partitions), settings)
+    try:
+        scan = await find_stranded(reads)
+    finally:
+        await reads.aclose()
+        await client.aclose()
+    if not scan.calls:
+        runs = f"{scan.live_runs} live run{'s' if scan.live_runs != 1 else ''}"
+        return [(True, f"no stranded calls ({runs})")]
+    return [(False, stranded.line()) for stranded in scan.calls]
 
 
 async def guarded(check: Awaitable[Check | list[Check]], what: str) -> list[Check]:

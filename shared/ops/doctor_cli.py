@@ -12,10 +12,14 @@ workers read them, one line per check: ``ok`` or ``BAD`` and what to do.
 * the tool modules (``CALLGATE_TOOL_MODULES``) import, as every worker imports them;
 * and unless ``--no-redis`` (`callgate.ops.doctor_checks`): each Redis login this machine has
   works and its ACL does what README's Security table says, Redis refuses a client with no
-  user, every worker kind has a live consumer, and the clocks agree.
+  user, every worker kind has a live consumer, the clocks agree, and no call of a live run is
+  stranded: one ``BAD stranded call RUN/CALL: TOOL STATE for N s …`` line for each call past
+  its timeouts in a state only a worker moves it on from (`callgate.ops.stranded`; a call
+  waiting for a person's approval or resolution is not one).
 
 With the bundle's ``.env`` in the environment (``set -a; . DIR/.env; set +a``) it checks the
-whole deployment.  Exit codes: 0 every check passed, 1 one failed.
+whole deployment.  Exit codes: 0 every check passed, 1 one failed (a stranded call is a
+failed check).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from callgate.ops.doctor_checks import (
     check_clock,
     check_login,
     check_no_anonymous,
+    check_stranded,
     check_workers,
     guarded,
 )
@@ -149,6 +154,7 @@ async def redis_checks(settings: Settings) -> list[Check]:
         lines += await guarded(check_no_anonymous(settings.redis_url), "anonymous client")
     lines += await guarded(check_workers(settings), "workers")
     lines += await guarded(check_clock(settings), "clock")
+    lines += await guarded(check_stranded(settings), "stranded calls")
     return lines
 
 
@@ -173,7 +179,7 @@ def add_command(sub: Any) -> None:
     doctor = sub.add_parser(
         "doctor",
         help="check this machine's deployment: trust file, keys, "
-        "tools, Redis logins, workers, clock",
+        "tools, Redis logins, workers, clock, stranded calls",
     )
     doctor.add_argument(
         "--no-redis", action="store_true", help="check the trust file, keys and tools only"

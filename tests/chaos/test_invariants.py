@@ -196,6 +196,15 @@ def test_figures_are_ok_only_when_every_invariant_holds() -> None:
     assert "VIOLATED" in render(bad)
 
 
+def test_a_stranded_call_doctor_lists_breaks_the_session() -> None:
+    line = "stranded call r/t1.0: check_seats executing for 60 s, past the 13 s …"
+    fig = figures(replace(facts(), stranded=(line,)), [], {})
+    assert broken(check_all(replace(facts(), stranded=(line,)))) == {"stranded_calls"}
+    assert fig["ok"] is False and fig["stranded_calls"] == 1
+    assert f"invariant   stranded_calls = 1 (VIOLATED: {line})" in render(fig)
+    assert "invariant   stranded_calls = 0 (ok)" in render(figures(facts(), [], {}))
+
+
 def test_the_model_log_is_matched_to_runs_by_the_marker_in_their_input() -> None:
     body = {"model": "m", "messages": [
         {"role": "user", "content": f"{PLAN.marker} hi"},

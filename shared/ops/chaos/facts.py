@@ -6,6 +6,7 @@ sides once the runs have settled (I/O only; the checks are `callgate.ops.chaos.i
   resolution, each reply admitted and where the run stood before it);
 * the booking service (the system of record for writes): requests and reservations created
   per operation id;
+* the stranded calls `callgate doctor` would list (`callgate.ops.stranded`);
 * the scripted model server: what the model actually received — for each run, the tool
   results in its most advanced request, by provider call id, read with the server's own
   conversation parser (`callgate.standins.scripted.history`), as the session always runs against it.
@@ -25,6 +26,7 @@ import redis.asyncio as aioredis
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.workload import PlannedRun
+from callgate.ops.stranded import find_stranded
 from callgate.records import CallRecord, RunRecord
 from callgate.standins.scripted.history import (
     Conversation,
@@ -96,6 +98,8 @@ class Facts:
     dead_letters: int
     model_requests: int
     model_drops: int
+    stranded: tuple[str, ...] = ()
+    """What `callgate doctor` lists as stranded calls, one line each."""
 
 
 def expired_calls(facts: Facts) -> int:
@@ -225,4 +229,5 @@ async def collect(
         dead_letters=await dead_letter_count(ledger.redis, ledger.keys),
         model_requests=len(log),
         model_drops=sum(1 for e in log if e.get("dropped")),
+        stranded=tuple(call.line() for call in (await find_stranded(ledger)).calls),
     )

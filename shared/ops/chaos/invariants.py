@@ -36,7 +36,9 @@ what broke.  Required values: every list empty.
   ``completed`` without the model having been asked the follow-up turn (its latest request
   the follow-up, so the result checks above hold the earlier turns' results, paired by call
   id, in that request) and answered it.  A run may also end otherwise after a reply (a cancel,
-  an unknown outcome…): those are ends like any other.
+  an unknown outcome…): those are ends like any other;
+* stranded calls — a call `callgate doctor` lists as stranded (`callgate.ops.stranded`): past
+  its timeouts in a live run, in a state only a worker moves it on from.
 """
 
 from __future__ import annotations
@@ -295,6 +297,10 @@ def replied_runs_unsettled(facts: Facts) -> list[str]:
     return found
 
 
+def stranded_calls(facts: Facts) -> list[str]:
+    return list(facts.stranded)
+
+
 CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "lost_runs": lost_runs,
     "duplicate_writes": duplicate_writes,
@@ -308,6 +314,7 @@ CHECKS: dict[str, Callable[[Facts], list[str]]] = {
     "replies_not_applied_once": replies_not_applied_once,
     "replies_to_unfinished_runs": replies_to_unfinished_runs,
     "replied_runs_unsettled": replied_runs_unsettled,
+    "stranded_calls": stranded_calls,
 }
 """Every invariant by name; each must find nothing."""
 
