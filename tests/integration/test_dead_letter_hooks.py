@@ -92,14 +92,16 @@ async def test_a_poison_message_fails_only_the_run_it_is_bound_to(
         assert run.status == RunState.EXECUTING
 
 
+@pytest.mark.parametrize("tool", ["send_postcard", "hold_seat"], ids=["write", "idempotent"])
 async def test_a_dead_exec_order_sends_its_executing_write_to_the_reconciler(
-    runtime: Runtime,
+    runtime: Runtime, tool: str
 ) -> None:
-    """Consumers kept dying while a write was in flight: the write may have happened, so it
-    is never left ``executing`` (where nothing settles it) and its run is not failed; it goes
-    to the reconciler, as when a redelivery finds it orphaned."""
-    run_id = "dl-write-in-flight"
-    await _live_run(runtime, run_id, tool="send_postcard", attempts=1)
+    """Consumers kept dying while a write, idempotent or not, was in flight: it may have
+    happened, so it is never left ``executing`` (where nothing settles it) and its run is not
+    failed; it goes to the reconciler, as when a redelivery finds it orphaned, and from there
+    to a person if the reconciler cannot tell."""
+    run_id = f"dl-write-in-flight-{tool}"
+    await _live_run(runtime, run_id, tool=tool, attempts=1)
     order = ExecRequest(run_id=run_id, turn=2, call_id="t2.0")
     await post(runtime.redis, runtime.keys.run_stream("exec", run_id), order)
 
