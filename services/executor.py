@@ -16,6 +16,10 @@ once.  A lost answer (timeout, dropped connection)
 fails a read with an explicit error and makes any write ``unknown``; any other exception from a
 tool fails a read with a ``tool_error`` result the model is told, and makes a write ``unknown``
 with the (redacted) exception as its reason, for the reconciler.
+
+With ``CALLGATE_WRITE_DURABILITY=replica`` the take of a write goes with a WAIT for a replica
+on the same connection (`callgate.ledger.durable`), and its request goes out only once a
+replica holds the ``executing`` intent; unconfirmed, nothing is sent (`Executor._unsent`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -34,9 +38,16 @@ from callgate.crashpoints import crash_point
 from callgate.decisions.claims import read_approval_claims
 from callgate.decisions.record import ApprovalRecord
 from callgate.envelopes import Envelope, ExecRequest
-from callgate.errors import AuthError, EnvelopeError, NotFoundError, ToolError
+from callgate.errors import (
+    AuthError,
+    EnvelopeError,
+    NotFoundError,
+    RedisUnavailableError,
+    ToolError,
+)
 from callgate.facts import MISMATCH, ExecFacts, Mismatch, decide
 from callgate.ledger.call_steps import Outcome
+from callgate.ledger.durable import REPLICAS, check_durability
 from callgate.logs import log_fields
 from callgate.records import Effect, error_result, ok_result
 from callgate.redact import redact_error, sensitive_values
@@ -112,11 +123,16 @@ class Executor:
         tx, _ = self.ledger.take_call(
             message.run_id, message.call_id, facts, attempt, self.rt.consumer, consume
         )
-        taken = await self.ledger.apply(tx)
+        if isinstance(gate, Cleared) and tool.is_write and self.ledger.confirming is not None:
+            taken, replicas = await self.ledger.apply_confirmed(tx)
+        else:
+            taken, replicas = await self.ledger.apply(tx), REPLICAS
         if not taken.ok:
             # Facts or state moved on: decide again from the ledger, which may show this very
             # call orphaned in ``executing`` by an attempt that lost Redis or its process.
             return MISMATCH
+        if replicas < REPLICAS:
+            await self._unsent(message, facts, attempt)
         crash_point("executor.after_take")
         if isinstance(gate, Cleared):
             op_id = facts.call.operation_id or message.call_id
@@ -131,6 +147,25 @@ class Executor:
         await asyncio.shield(self.ledger.apply(delivery.ack_with(settle)))
         crash_point("executor.after_persist")
         return None
+
+    async def _unsent(self, message: ExecRequest, facts: ExecFacts, attempt: int) -> NoReturn:
+        """No replica confirmed the write's intent in time, so it is not sent: a failover
+        now could lose the record of a request that went out.  A first take is taken back
+        (`untake_call`: nothing went out, and the record says so); a re-take of an
+        idempotent write stays ``executing``, as its earlier attempt may have gone out and it
+        is retried with its operation id either way.  The message stays pending, so it is
+        redelivered after ``claim_idle_ms`` and waits for a replica again; a replica still
+        missing after ``max_deliveries``, its dead letter fails the run with this reason."""
+        if facts.state != CallState.EXECUTING:
+            untake = self.ledger.untake_call(
+                message.run_id, message.call_id, facts, attempt, self.rt.consumer
+            )
+            await self.ledger.apply(untake)
+        wait_ms = self.rt.settings.durability_wait_ms
+        raise RedisUnavailableError(
+            f"no replica confirmed the executing intent of call {message.call_id} within "
+            f"{wait_ms} ms: not sent, left for redelivery"
+        )
 
     async def _gate(
         self, message: ExecRequest, facts: ExecFacts, tool: Tool[Any], attempt: int
@@ -338,6 +373,9 @@ def _left_in_flight(state: CallState, tool: Tool[Any] | None) -> bool:
 
 
 async def _make_handler(runtime: Runtime) -> Handler:
+    """The executor's handler, once Redis gives the write durability the deployment asks
+    (`DurabilityError` otherwise: the executor does not start)."""
+    await check_durability(runtime.redis, runtime.settings)
     return Executor(runtime).handle
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from callgate.keys import TENANT_PATTERN
@@ -143,6 +143,20 @@ class Settings(BaseSettings):
 
     # Tool execution (services/executor.py).
     tool_timeout_s: float = Field(default=10.0, gt=0, description="Default when a tool sets none.")
+    write_durability: Literal["none", "replica", "fsync"] = Field(
+        default="none",
+        description="What must hold a write's `executing` intent before its request goes out "
+        "(README: Durability of write intent): none (Redis's own persistence), replica (WAIT "
+        "for one replica after the take; unconfirmed, nothing is sent and the call is retried) "
+        "or fsync (executors start only on a Redis with appendonly yes, appendfsync always).",
+    )
+    durability_wait_ms: int = Field(
+        default=500,
+        ge=1,
+        le=60_000,
+        description="With write_durability=replica: how long WAIT lets a replica take to "
+        "confirm the intent (never 0: WAIT 0 waits forever).",
+    )
 
     # Reconciliation of writes with an unknown outcome (services/reconciler.py).
     reconcile_schedule_s: tuple[float, ...] = Field(
@@ -237,6 +251,15 @@ class Settings(BaseSettings):
         if isinstance(value, str | bytes):
             return tuple(orjson.loads(value)) if value.strip() else ()
         return value
+
+
+def bad_settings(exc: ValidationError) -> str | None:
+    """The one line that says which settings do not validate, and why; None for an error of
+    another model than `Settings`."""
+    if exc.title != Settings.__name__:
+        return None
+    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return f"bad setting: {problems}"
 
 
 def read_dev_state(home: Path) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from the error alone::
     ├── KeyFileError               a private key file that cannot be used
     ├── TrustConfigError           the deployment's trust file is missing or invalid
     ├── TracingConfigError         an ``OTEL_*`` setting callgate cannot honour
+    ├── DurabilityError            Redis cannot give the write durability the deployment asks
     ├── ToolError                  a tool's own failure, carried to the model as a result
     └── ProviderError              a model request that failed, classified
         ├── ProviderTimeoutError       retryable
@@ -135,6 +136,12 @@ class TrustConfigError(CallgateError):
 class TracingConfigError(CallgateError):
     """Tracing is on and an ``OTEL_*`` setting asks for what callgate does not do (README
     "Tracing"): the worker does not start."""
+
+
+class DurabilityError(CallgateError):
+    """``CALLGATE_WRITE_DURABILITY=fsync`` and Redis does not fsync every write (or will not
+    say): an executor does not start, since a write's intent could be lost after its request
+    went out."""
 
 
 class ToolError(CallgateError):

@@ -82,7 +82,9 @@ CALL_TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     C.ALLOWED: frozenset({C.EXECUTING, C.CANCELLED}),
     C.APPROVED: frozenset({C.EXECUTING, C.CANCELLED}),
     # executing -> executing: a read (or idempotent write) re-taken after its executor died.
-    C.EXECUTING: frozenset({C.EXECUTING, C.SUCCEEDED, C.FAILED, C.UNKNOWN}),
+    # executing -> allowed|approved: a write its executor did not send, because no replica
+    # confirmed its intent (`CALLGATE_WRITE_DURABILITY=replica`): taken back, retried later.
+    C.EXECUTING: frozenset({C.EXECUTING, C.SUCCEEDED, C.FAILED, C.UNKNOWN, C.ALLOWED, C.APPROVED}),
     C.UNKNOWN: frozenset({C.RECONCILING}),
     C.RECONCILING: frozenset({C.RECONCILING, C.SUCCEEDED, C.FAILED, C.UNRESOLVED}),
     # A human may resolve an unresolved call, or ask for another check.

@@ -144,6 +144,29 @@ class CallSteps(ApprovalSteps):
         )
         return tx, binding
 
+    def untake_call(
+        self, run_id: str, call_id: str, facts: ExecFacts, attempt: int, consumer: str
+    ) -> Tx:
+        """Take back this executor's take of a write it did not send, because no replica
+        confirmed its ``executing`` intent (`callgate.ledger.durable`): the call returns to
+        the state it was taken from, and the approval the take consumed is usable again.
+        That is the truth — nothing went out — where leaving it ``executing`` would make it
+        an orphan for the reconciler, and a write "not applied" fails.  Guarded on this very
+        take (its attempt and executor), so a call anyone else moved on stays as it is."""
+        key = self.keys.call(run_id, call_id)
+        tx = Tx("untake_call").expect(key, "attempts", str(attempt))
+        tx.expect(key, "executor", consumer)
+        approval_id = facts.call.approval_id
+        if approval_id is not None:
+            approval = self.keys.approval(run_id, approval_id)
+            tx.expect(approval, "call_id", call_id).expect(approval, "state", "consumed")
+            tx.hset(approval, {"state": "approved"})
+        self.call_transition(tx, run_id, call_id, [CallState.EXECUTING], facts.state)
+        reason = "not sent: no replica confirmed its executing intent"
+        return self.event(
+            tx, run_id, "call.unsent", call_id=call_id, attempt=attempt, reason=reason
+        )
+
     def settle_call(
         self,
         call: CallRef,

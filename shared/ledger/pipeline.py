@@ -23,6 +23,12 @@ hits only its command (or step); a lost connection fails every request of that f
 as it would have failed each of them.
 Commands of one caller keep their order.  Blocking commands (XREADGROUP BLOCK, XREAD BLOCK)
 must not go through here.
+
+A *confirming* pipeline (``confirm=(replicas, timeout_ms)``, `callgate.ledger.durable`) ends
+every flush with ``WAIT replicas timeout_ms`` on the same connection, which is what WAIT counts
+the writes of: each caller gets its replies once that WAIT answered, with how many replicas
+hold them appended.  Its flushes wait on replicas, so it gets a connection of its own and only
+the steps that must be confirmed ride it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ Command = tuple[Any, ...]
 ledger step, which goes with the flush's other steps in one script call (`merge_steps`)."""
 
 Batch = list[tuple[Sequence[Command], Replies]]
+Confirm = tuple[int, int]
+"""``(replicas, timeout_ms)`` of the ``WAIT`` a confirming pipeline ends each flush with."""
 T = TypeVar("T")
 
 
@@ -52,10 +60,16 @@ class AutoPipeline:
     """Coalesces the requests of one event loop iteration into one pipelined round trip."""
 
     def __init__(
-        self, redis: aioredis.Redis, transport: Transport = "hiredis", *, group: bool = True
+        self,
+        redis: aioredis.Redis,
+        transport: Transport = "hiredis",
+        *,
+        group: bool = True,
+        confirm: Confirm | None = None,
     ) -> None:
         self._redis = redis
         self._group = group
+        self._confirm = confirm
         self._address: WireAddress | None = None
         if transport == "hiredis":
             self._address = wire_address(redis)
@@ -79,7 +93,7 @@ class AutoPipeline:
         for command in commands:
             if command[0] == "apply":
                 steps += 1
-            elif command[0] not in WIRE_COMMANDS:
+            elif command[0] not in WIRE_COMMANDS or command[0] == "wait":
                 raise ValueError(f"{command[0]!r} is not a ledger command; use the client")
         if steps and steps != len(commands):
             raise ValueError("a request is either ledger steps or other commands, not both")
@@ -104,7 +118,10 @@ class AutoPipeline:
         queued, self._queue = self._queue, []
         if not queued:
             return
-        batch = merge_steps(queued, group=self._group)
+        if self._confirm is None:
+            batch = merge_steps(queued, group=self._group)
+        else:
+            batch = _then_wait(queued, self._confirm, self._group)
         if self._address is not None:
             wire = self._wire
             if wire is not None and wire.usable():
@@ -188,3 +205,65 @@ def _fail(batch: Batch, exc: BaseException) -> None:
     for _, future in batch:
         if not future.done():
             future.set_exception(exc)
+
+
+def _then_wait(queued: Batch, confirm: Confirm, group: bool) -> Batch:
+    """The flush, then ``WAIT``: each request's replies are held until it answers."""
+    held = [(commands, _Held(replies)) for commands, replies in queued]
+    replicas, timeout_ms = confirm
+    release = _AfterWait([h for _, h in held])
+    return [*merge_steps(held, group=group), ((("wait", replicas, timeout_ms),), release)]
+
+
+class _Held:
+    """A request's replies, kept until its flush's WAIT answered; an error goes on at once."""
+
+    __slots__ = ("future", "replies")
+
+    def __init__(self, future: Replies) -> None:
+        self.future = future
+        self.replies: list[Any] | None = None
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def set_result(self, result: list[Any]) -> None:
+        self.replies = result
+
+    def set_exception(self, exception: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exception)
+
+    def cancel(self) -> bool:
+        return self.future.cancel()
+
+
+class _AfterWait:
+    """The WAIT's replies: each held request gets its own with WAIT's reply (the number of
+    replicas that confirmed, or its error) appended; if the WAIT fails, they all fail."""
+
+    __slots__ = ("_done", "_held")
+
+    def __init__(self, held: list[_Held]) -> None:
+        self._held = held
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: list[Any]) -> None:
+        self._done = True
+        for held in self._held:
+            if held.replies is not None and not held.future.done():
+                held.future.set_result([*held.replies, *result])
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._done = True
+        for held in self._held:
+            held.set_exception(exception)
+
+    def cancel(self) -> bool:
+        self._done = True
+        for held in self._held:
+            held.cancel()
+        return True

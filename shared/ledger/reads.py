@@ -25,6 +25,7 @@ from callgate.errors import NotFoundError, RedisUnavailableError, TxRejectedErro
 from callgate.facts import DecideFacts, DecideRunFacts, ExecFacts, ProposedCall
 from callgate.keys import Keys
 from callgate.ledger.base import LedgerBase
+from callgate.ledger.durable import confirming_pipe
 from callgate.ledger.group import APPLY_LUA
 from callgate.ledger.pipeline import AutoPipeline, Command
 from callgate.ledger.run_index import RunIndex, provider_field, turn_call_ids, turn_field
@@ -56,15 +57,22 @@ class Reads(LedgerBase):
         self.redis = redis
         self.pipe = AutoPipeline(redis, settings.wire, group=settings.group_steps)
         """Every ledger command goes through here: one round trip per event loop iteration."""
+        self.confirming = confirming_pipe(redis, settings)
+        """Where the steps a replica must hold go, each flush followed by WAIT (None unless
+        ``write_durability`` is ``replica``)."""
 
     async def aclose(self) -> None:
-        """Close the ledger's own connection; the redis client stays its owner's to close."""
+        """Close the ledger's own connections; the redis client stays its owner's to close."""
         await self.pipe.aclose()
+        if self.confirming is not None:
+            await self.confirming.aclose()
 
-    async def _cmds(self, commands: Sequence[Command]) -> list[Any]:
+    async def _cmds(
+        self, commands: Sequence[Command], pipe: AutoPipeline | None = None
+    ) -> list[Any]:
         """Several commands in one round trip; a Redis error comes back in place of a reply."""
         with redis_errors():
-            return await self.pipe.send(commands)
+            return await (pipe or self.pipe).send(commands)
 
     async def _reads(self, commands: Sequence[Command]) -> list[Any]:
         """Several commands in one round trip; the first Redis error is raised."""
@@ -90,17 +98,36 @@ class Reads(LedgerBase):
         return result
 
     async def apply_many(self, txs: Sequence[Tx]) -> list[TxResult]:
-        """Run independent Txs in one pipelined round trip; each is atomic on its own.
+        """Run independent Txs in one pipelined round trip; each is atomic on its own."""
+        results, _ = await self._apply_on(self.pipe, txs)
+        return results
+
+    async def apply_confirmed(self, tx: Tx) -> tuple[TxResult, int]:
+        """Run ``tx`` on the confirming connection: its result, and how many replicas hold
+        it by WAIT's answer (0 when WAIT answered an error: nothing is confirmed)."""
+        if self.confirming is None:
+            raise ValueError("no replica confirms steps unless write_durability is replica")
+        [result], [replicas] = await self._apply_on(self.confirming, [tx])
+        return result, replicas if isinstance(replicas, int) else 0
+
+    async def _apply_on(
+        self, pipe: AutoPipeline, txs: Sequence[Tx]
+    ) -> tuple[list[TxResult], list[Any]]:
+        """The Txs' results, and the replies ``pipe`` adds after theirs (a confirming one's
+        WAIT).
 
         If the script cache was flushed (NOSCRIPT), the script is loaded and those Txs are
         sent again; they then run after the others of the batch, which is harmless because
-        the Txs of one batch are independent by contract.
+        the Txs of one batch are independent by contract.  The replies added are then the
+        second flush's, which came after every write of the Txs.
         """
-        replies = await self._cmds([("apply", tx) for tx in txs])
+        replies = await self._cmds([("apply", tx) for tx in txs], pipe)
+        replies, added = replies[: len(txs)], replies[len(txs) :]
         retry = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if retry:
             await self._client(self.redis.script_load(APPLY_LUA))
-            again = await self._cmds([("apply", txs[i]) for i in retry])
+            again = await self._cmds([("apply", txs[i]) for i in retry], pipe)
+            again, added = again[: len(retry)], again[len(retry) :]
             for i, reply in zip(retry, again, strict=True):
                 replies[i] = reply
         results = []
@@ -108,7 +135,7 @@ class Reads(LedgerBase):
             if isinstance(reply, ResponseError):
                 raise _rejected(reply) from reply
             results.append(tx.result(reply))
-        return results
+        return results, added
 
     # ---- records ---------------------------------------------------------------------
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -60,6 +60,7 @@ WIRE_COMMANDS: dict[str, tuple[bytes, Callable[[Any], Any] | None]] = {
     "get": (b"GET", None),
     "incr": (b"INCR", None),
     "rpush": (b"RPUSH", None),
+    "wait": (b"WAIT", None),
 }
 """Pipeline method name → the command sent and how its reply becomes redis-py's shape."""
 

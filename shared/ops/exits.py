@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from callgate.auth.keyring import LocalKeyring
 from callgate.client import CallgateClient
 from callgate.compiled import StaleBuildError
-from callgate.config import Settings
+from callgate.config import Settings, bad_settings
 from callgate.errors import (
     CallgateError,
     ConflictError,
@@ -117,9 +117,8 @@ def failure(exc: BaseException) -> tuple[str, int] | None:
         exc, RedisUnavailableError | RedisConnectionError | RedisTimeoutError | ConnectionError
     ):
         return unreachable(redis_url()), UNREACHABLE
-    if isinstance(exc, ValidationError) and exc.title == Settings.__name__:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return one_line(f"bad setting: {problems}"), USAGE
+    if isinstance(exc, ValidationError) and (bad := bad_settings(exc)) is not None:
+        return one_line(bad), USAGE
     if isinstance(exc, RunSpecError | StaleBuildError):
         return one_line(str(exc)), USAGE
     if isinstance(exc, ConflictError | NotFoundError):

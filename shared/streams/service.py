@@ -19,11 +19,12 @@ from typing import Any
 
 import aiohttp
 import redis.asyncio as aioredis
+from pydantic import ValidationError
 
 from callgate import eventloop
 from callgate.auth.deployment import TrustSource
 from callgate.compiled import StaleBuildError, check_build
-from callgate.config import Settings
+from callgate.config import Settings, bad_settings
 from callgate.connect import redis_client
 from callgate.envelopes import (
     CARRIED_ON,
@@ -32,7 +33,7 @@ from callgate.envelopes import (
     ValidateRequest,
     home_stream,
 )
-from callgate.errors import KeyFileError, TracingConfigError, TrustConfigError
+from callgate.errors import DurabilityError, KeyFileError, TracingConfigError, TrustConfigError
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
@@ -54,8 +55,9 @@ STARTUP_ERRORS = (
     RegistryError,
     TracingConfigError,
     StaleBuildError,
+    DurabilityError,
 )
-"""What a worker meets at start-up when the deployment's own files are wrong."""
+"""What a worker meets at start-up when the deployment's own files (or its Redis) are wrong."""
 START_FAILED = 2
 """The exit code of a worker that could not start (`run_worker`)."""
 GC_THRESHOLD = 20_000
@@ -234,7 +236,8 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     if burst:
         return await worker.run_burst()
     install_signal_handlers(worker)
-    log.info("serving", extra={"fields": {"service": spec.name, "streams": streams}})
+    durability = runtime.settings.write_durability
+    log.info("serving", extra=log_fields(service=spec.name, streams=streams, durability=durability))
     presence = asyncio.create_task(
         announce(runtime.redis, runtime.keys.consumers(spec.name), runtime.consumer)
     )
@@ -289,22 +292,26 @@ def main(spec: ServiceSpec, argv: Sequence[str] | None = None) -> None:
 
 
 def run_worker(name: str, work: Coroutine[Any, Any, Any]) -> None:
-    """Run a worker process's loop.  A deployment mistake found at start-up (a trust file, a
-    key or a tool module that does not load) is one logged line and exit 2, not a traceback:
-    the process cannot serve until the deployment is fixed."""
+    """Run a worker process's loop.  A deployment mistake found at start-up (a setting, a
+    trust file, a key or a tool module that does not load, a Redis short of the write
+    durability asked) is one logged line and exit 2, not a traceback: the process cannot
+    serve until the deployment is fixed."""
     tracing = None
     try:
         try:
             check_build()
             tracing = start_tracing(name)
-        except (StaleBuildError, TracingConfigError):
+        except (StaleBuildError, TracingConfigError, ValidationError):
             work.close()
             raise
         eventloop.run(work)
-    except STARTUP_ERRORS as exc:
+    except (*STARTUP_ERRORS, ValidationError) as exc:
+        reason = bad_settings(exc) if isinstance(exc, ValidationError) else str(exc)
+        if reason is None:
+            raise  # another model's: a bug
         log.error(
             "cannot start: fix the deployment and start again",
-            extra=log_fields(service=name, reason=str(exc)),
+            extra=log_fields(service=name, reason=reason),
         )
         raise SystemExit(START_FAILED) from None
     finally:

@@ -38,6 +38,8 @@ DESIGN_CALL_EDGES = {
     (C.EXECUTING, C.EXECUTING), (C.RECONCILING, C.RECONCILING),
     # A human resolves an unresolved call or asks for another check.
     (C.UNRESOLVED, C.RECONCILING), (C.UNRESOLVED, C.SUCCEEDED), (C.UNRESOLVED, C.FAILED),
+    # A write whose intent no replica confirmed is taken back unsent (DESIGN §13).
+    (C.EXECUTING, C.ALLOWED), (C.EXECUTING, C.APPROVED),
     # A run cancelled: its calls not yet started end cancelled (none in flight does).
     (C.REQUESTED, C.CANCELLED), (C.NEEDS_APPROVAL, C.CANCELLED), (C.ALLOWED, C.CANCELLED),
     (C.APPROVED, C.CANCELLED),
