@@ -61,10 +61,7 @@ def add_command(sub: Any) -> None:
         help="mean seconds between SIGKILLs",
     )
     cmd.add_argument(
-        "--replicas",
-        type=int,
-        default=defaults.replicas,
-        help="replicas of model_turn, validator and executor",
+        "--replicas", type=int, default=defaults.replicas, help="replicas of every worker kind"
     )
     cmd.add_argument(
         "--booking-drop",

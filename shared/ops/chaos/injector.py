@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from callgate.config import Settings
-from callgate.ops.chaos.common import REDIS_AWAY, pause
+from callgate.keys import Keys
+from callgate.ops.chaos.common import REDIS_AWAY, pause, text
 from callgate.ops.chaos.recovery import Kill, held_by, track
 from callgate.ops.system import LocalSystem
+from callgate.streams.service import consumer_name
 
 DEATH_WAIT_S = 5.0
 BUSY_WAIT_S = 1.0
@@ -84,22 +86,39 @@ class Injector:
 
     async def _victim(self, kind: str, earlier: frozenset[str]) -> tuple[str, int] | None:
         """A replica of ``kind`` to kill: the first seen holding work within `BUSY_WAIT_S`
-        (recovery is measured on those), else a random one; None if every one is down."""
+        (recovery is measured on those), else a random one; None if none may die now.
+
+        With two or more replicas, one dies only while another serves: a kill then measures
+        a live peer taking the work over, which is what a deployment of two relies on, rather
+        than how fast the supervisor restarts a process (kills 0.75 s apart used to leave both
+        replicas down, restarting with back-off)."""
         names = list(self.system.workers[kind])
         self.rng.shuffle(names)
         deadline = time.monotonic() + BUSY_WAIT_S
         while True:
             pids = self.system.supervisor.pids()
             up = [(name, pids[name]) for name in names if name in pids]
-            if not up:
-                return None
+            if len(names) > 1:
+                up = await self._with_serving_peer(kind, up)
             for name, pid in up:
                 with contextlib.suppress(*REDIS_AWAY):
                     if set(await held_by(self.redis, self.settings, kind, pid)) - earlier:
                         return name, pid
             if time.monotonic() >= deadline:
-                return up[0]
+                return up[0] if up else None
             await asyncio.sleep(BUSY_POLL_S)
+
+    async def _with_serving_peer(
+        self, kind: str, up: list[tuple[str, int]]
+    ) -> list[tuple[str, int]]:
+        """Those of ``up`` another of which has announced that it serves."""
+        key = Keys(self.settings.key_prefix).consumers(kind)
+        try:
+            announced = {text(m) for m in await self.redis.zrange(key, 0, -1)}
+        except REDIS_AWAY:
+            return []
+        serving = {pid for _, pid in up if consumer_name(kind, pid) in announced}
+        return [(name, pid) for name, pid in up if serving - {pid}]
 
     async def kill_one(self) -> Kill | None:
         """SIGKILL one replica of the next kind; None if all were down (restarting)."""

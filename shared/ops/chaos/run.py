@@ -39,7 +39,8 @@ class ChaosOptions:
     kill_every_s: float = 0.75
     """Mean time between SIGKILLs."""
     replicas: int = 2
-    """Replicas of model_turn, validator and executor (ingress and reconciler: one each)."""
+    """Replicas of every worker kind: a deployment that must survive a dead process runs two
+    of each, and recovery measures the live one taking over, not the dead one's restart."""
     booking_drop: float = 0.1
     """Share of reservations the booking service commits and then drops the answer of."""
     redis_restart: bool = True
@@ -48,8 +49,7 @@ class ChaosOptions:
 
 def replicas(options: ChaosOptions) -> dict[str, int]:
     many = max(1, options.replicas)
-    return {"ingress": 1, "model_turn": many, "validator": many, "executor": many,
-            "reconciler": 1}  # fmt: skip
+    return dict.fromkeys(("ingress", "model_turn", "validator", "executor", "reconciler"), many)
 
 
 async def _submit_all(session: Session, injector: Injector, options: ChaosOptions) -> None:
