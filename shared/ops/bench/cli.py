@@ -1,8 +1,9 @@
 """`callgate bench`: run the benchmark scenarios on this machine; a table, or JSON with --json.
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
-                               throughput-tracing|throughput-webhook-up|throughput-webhook-down|
-                               instructions|executors|scale-out|recovery|memory|mcp|http …]
+                               throughput-replica|throughput-tracing|throughput-webhook-up|
+                               throughput-webhook-down|instructions|executors|scale-out|
+                               recovery|memory|mcp|http …]
                    [--runs N]
                    [--json] [--smoke]
 

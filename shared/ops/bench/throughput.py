@@ -33,9 +33,11 @@ WATCHED_RUNS = 10
 """Runs of the batch watched with MONITOR for the table by step (`cost.step_costs`)."""
 
 
-async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any]:
-    """Tool calls, seconds, CPU ms and Redis commands per call for ``runs`` concurrent runs,
-    after one warm-up run."""
+async def pipeline(
+    deployment: Deployment, api: str, runs: int, scenario: str = SCENARIO
+) -> dict[str, Any]:
+    """Tool calls, seconds, CPU ms and Redis commands per call for ``runs`` concurrent runs of
+    ``scenario`` (five turns of two calls), after one warm-up run."""
     assert deployment.redis is not None
     await deployment.run_batch(run_spec(api, WARM_UP), 1, TIMEOUT_S)
     before, commands_before, stand_in_before = (
@@ -43,7 +45,7 @@ async def pipeline(deployment: Deployment, api: str, runs: int) -> dict[str, Any
         await cost.commands_so_far(deployment.redis),
         stand_in_cpu_s(deployment),
     )
-    records, started = await deployment.run_batch(run_spec(api, SCENARIO), runs, TIMEOUT_S)
+    records, started = await deployment.run_batch(run_spec(api, scenario), runs, TIMEOUT_S)
     after, commands_after, stand_in_after = (
         await cpu_seconds(deployment),
         await cost.commands_so_far(deployment.redis),

@@ -2,6 +2,9 @@
 
 ``bench_read`` answers at once (the zero-latency tool); ``bench_sleep`` waits 50 ms like an
 I/O-bound call (executor scaling and recovery).  Both are reads: a crash redoes them.
+``bench_write`` is an idempotent write that also answers at once (its operation id would make
+a retry harmless), each key a resource of its own so a turn's two run side by side: what a
+write's durability costs (``throughput-replica``).
 """
 
 from __future__ import annotations
@@ -31,5 +34,11 @@ async def bench_sleep(ctx: ToolContext, key: Key) -> dict[str, Any]:
     return {"key": key, "slept_ms": SLEEP_MS}
 
 
-TOOLS: list[Tool[Any]] = [bench_read, bench_sleep]
+@tool(effect=Effect.IDEMPOTENT_WRITE, resource_key=lambda args: f"bench:{args.key}")
+async def bench_write(ctx: ToolContext, key: Key) -> dict[str, Any]:
+    """Store one value by key; answers at once."""
+    return {"key": key, "stored": True}
+
+
+TOOLS: list[Tool[Any]] = [bench_read, bench_sleep, bench_write]
 MODULE = __name__

@@ -7,6 +7,10 @@
   write (``appendfsync always``), the setting that makes a recorded intent survive a power
   cut (README: Performance), beside one that fsyncs once a second (``everysec``, Redis's
   default) on the same disk: what that durability costs.
+* ``throughput-replica``: five turns of two idempotent writes (``bench_write``) on a private
+  Redis with one replica, first with ``CALLGATE_WRITE_DURABILITY=none``, then ``replica``
+  (every write's take waits for the replica to hold it, WAIT on the take's connection): what
+  a write intent that survives a failover costs.
 * ``throughput-tracing``: every worker tracing (``CALLGATE_TRACING=1``, every run sampled),
   exporting OTLP/HTTP to a receiver in this process that takes and drops what it is sent:
   what a span per model request, validation, tool call and run costs (README: Tracing).
@@ -20,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
+import redis
 from aiohttp import web
 
 from callgate.ops.bench import throughput
@@ -29,9 +35,13 @@ from callgate.ops.bench.harness import Deployment
 from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 from callgate.ops.stack import Progress
 
+WRITES = "bench-parallel-writes"
+"""bench-parallel-writes.json: as the throughput scenario, with two writes a turn."""
+
 VARIANTS = (
     "throughput-redis-py",
     "throughput-aof",
+    "throughput-replica",
     "throughput-tracing",
     "throughput-webhook-up",
     "throughput-webhook-down",
@@ -49,6 +59,8 @@ async def measure(
         return await _traced(redis_url, api, runs, progress, variant)
     if variant.startswith("throughput-webhook-"):
         return await _webhooks(redis_url, api, runs, progress, variant)
+    if variant == "throughput-replica":
+        return await _replicated(api, runs, progress, variant)
     everysec = await _durable("everysec", api, runs, progress, variant)
     always = await _durable("always", api, runs, progress, variant)
     return {
@@ -71,6 +83,51 @@ async def _durable(
         await asyncio.to_thread(aof.__exit__, None, None, None)
 
 
+async def _replicated(api: str, runs: int, progress: Progress, name: str) -> dict[str, Any]:
+    """Writes on a private Redis with a replica in sync, without and with ``replica``
+    durability."""
+    master = await asyncio.to_thread(EmbeddedRedis().start)
+    replica = await asyncio.to_thread(EmbeddedRedis().start)
+    try:
+        await asyncio.to_thread(_follow, replica, master)
+        progress(f"{name}: private Redis with one replica")
+        figures = {
+            mode: await _pipeline(
+                master.url,
+                {"CALLGATE_WRITE_DURABILITY": mode},
+                api,
+                runs,
+                progress,
+                f"{name} ({mode})",
+                scenario=WRITES,
+            )
+            for mode in ("none", "replica")
+        }
+    finally:
+        for server in (replica, master):
+            await asyncio.to_thread(server.__exit__, None, None, None)
+    none, confirmed = figures["none"], figures["replica"]
+    return {
+        **confirmed,
+        "none_calls_per_s": none["calls_per_s"],
+        "none_cpu_ms_per_call": none["cpu_ms_per_call"],
+        "replica_vs_none": confirmed["calls_per_s"] / none["calls_per_s"],
+        # Proof that the writes waited: a flush's takes share one WAIT.
+        "waits_per_call": confirmed["redis_commands_per_call_by_command"].get("wait", 0.0),
+    }
+
+
+def _follow(replica: EmbeddedRedis, master: EmbeddedRedis, timeout_s: float = 20.0) -> None:
+    """Make ``replica`` replicate ``master`` and wait until its link is up."""
+    with redis.Redis.from_url(replica.url) as client:
+        client.replicaof("127.0.0.1", master.port)
+        deadline = time.monotonic() + timeout_s
+        while client.info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replica did not sync within {timeout_s:g}s")
+            time.sleep(0.05)
+
+
 async def _pipeline(
     redis_url: str,
     env: dict[str, str],
@@ -79,13 +136,15 @@ async def _pipeline(
     progress: Progress,
     name: str,
     replicas: dict[str, int] | None = None,
+    scenario: str = throughput.SCENARIO,
 ) -> dict[str, Any]:
     async with Deployment(redis_url, env=env, replicas=replicas, progress=progress) as deployment:
         progress(
             f"{name}: {runs} runs x {throughput.TURNS} turns x {throughput.CALLS_PER_TURN} calls"
         )
-        measured = await throughput.pipeline(deployment, api, runs)
+        measured = await throughput.pipeline(deployment, api, runs, scenario)
     wanted = ("calls", "seconds", "calls_per_s", "cpu_ms_per_call", "redis_commands_per_call")
+    wanted += ("redis_commands_per_call_by_command",)
     return {name: measured[name] for name in wanted}
 
 
