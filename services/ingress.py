@@ -213,8 +213,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging("ingress")
     tune_gc()
+    run_worker("ingress", _serve(burst=args.burst))
+
+
+async def _serve(*, burst: bool) -> None:
+    # Settings are read inside `run_worker`, so a bad one is its one line, not a traceback.
     settings = Settings()
-    run_worker("ingress", serve(settings, queues(settings), "ingress", burst=args.burst))
+    await serve(settings, queues(settings), "ingress", burst=burst)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import orjson
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from callgate.connect import sentinel_address
 from callgate.keys import TENANT_PATTERN
 
 DEV_STATE_FILE = "dev.json"
@@ -37,7 +38,8 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         default="redis://127.0.0.1:6379/0",
         validation_alias="REDIS_URL",
-        description="Where the ledger and the streams live.",
+        description="Where the ledger and the streams live: redis://, rediss:// (TLS), unix:// "
+        "or redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db].",
     )
     key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
     tenant: str | None = Field(
@@ -250,6 +252,14 @@ class Settings(BaseSettings):
     def _json_list(cls, value: Any) -> Any:
         if isinstance(value, str | bytes):
             return tuple(orjson.loads(value)) if value.strip() else ()
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _sentinel_url(cls, value: str) -> str:
+        """A malformed ``redis+sentinel://`` URL is a bad setting at start, not a failure at
+        the first command (other schemes redis-py reads as it connects)."""
+        sentinel_address(value)
         return value
 
 

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.asyncio.connection import SSLConnection, parse_url
 
 from callgate.config import Settings
+from callgate.connect import sentinel_address
 
 START_RUN = "start_run"
 """The ingress job that creates a run (job id = run id)."""
@@ -167,8 +168,20 @@ def redis_settings(settings: Settings) -> RedisSettings:
     arq's own ``RedisSettings.from_dsn`` drops the query and does not decode the user and
     password: a ``rediss://…?ssl_ca_certs=…&ssl_check_hostname=true`` URL would connect with
     the system's CAs and no host name check, and ``p%40ss`` would be sent as is.  A TLS option
-    arq cannot carry, or one on a plain ``redis://`` URL, is refused rather than dropped.
+    arq cannot carry, or one on a plain ``redis://`` URL, is refused rather than dropped.  A
+    ``redis+sentinel://`` URL becomes arq's own Sentinel mode, which asks the sentinels for the
+    master on every connect as `callgate.connect.redis_client` does.
     """
+    sentinel = sentinel_address(settings.redis_url)
+    if sentinel is not None:
+        return RedisSettings(
+            host=list(sentinel.sentinels),
+            sentinel=True,
+            sentinel_master=sentinel.master,
+            database=sentinel.db,
+            username=sentinel.username,
+            password=sentinel.password,
+        )
     url: dict[str, Any] = dict(parse_url(settings.redis_url))
     tls = url.pop("connection_class", None) is SSLConnection
     options = {name: value for name, value in url.items() if name.startswith("ssl_")}

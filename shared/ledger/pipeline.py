@@ -11,9 +11,10 @@ Only the ledger's own commands come through here (`WIRE_COMMANDS`: reading recor
 history, the Lua step); any other is a programming error, refused at once.  They go over a
 connection of their own, written and parsed with hiredis directly (`callgate.ledger.wire`):
 the redis-py pipeline machinery around each command costs more CPU than Redis spends
-answering it.  With ``CALLGATE_WIRE=redis-py``, or a client that is not plain TCP (TLS, a
-Unix socket), every flush takes redis-py's pipeline instead; replies are the same either way,
-and which transport runs is logged once.
+answering it.  With ``CALLGATE_WIRE=redis-py``, or a client that is not plain TCP to one
+fixed address (TLS, a Unix socket, a master found through Sentinel), every flush takes
+redis-py's pipeline instead; replies are the same either way, and which transport runs is
+logged once.
 
 What does not change: each command is still a separate command (no MULTI around a batch),
 except that the flush's ledger steps go as one script call per slot (group commit,
@@ -74,7 +75,10 @@ class AutoPipeline:
         if transport == "hiredis":
             self._address = wire_address(redis)
             if self._address is None:
-                log.info("ledger commands use redis-py: the connection is TLS or a Unix socket")
+                log.info(
+                    "ledger commands use redis-py: the connection is TLS, a Unix socket "
+                    "or a master found through Sentinel"
+                )
         self.transport: Transport = "hiredis" if self._address is not None else "redis-py"
         self._wire: Wire | None = None
         self._connecting: asyncio.Task[Wire] | None = None

@@ -7,8 +7,12 @@ becomes one of redis-py's public exception classes, e.g. `NoScriptError`), so ca
 tell which path answered.  A lost connection fails every request still waiting with redis-py's
 `ConnectionError`, like a failed pipeline; the next flush connects again.
 
-Only plain TCP speaking RESP2 with bytes replies takes this path (`wire_address`); TLS and
-Unix sockets use redis-py (`callgate.ledger.pipeline` says which, once, at start-up).
+Only plain TCP to one fixed address, speaking RESP2 with bytes replies, takes this path
+(`wire_address`); TLS, Unix sockets and a Sentinel-managed master use redis-py
+(`callgate.ledger.pipeline` says which, once, at start-up).  A Sentinel client's master moves
+on a failover: redis-py's `SentinelManagedConnection` asks the sentinels on every connect and
+drops a connection that meets a demoted master, and this path would need a second copy of
+that; the fast path's gain is latency (README: Performance), not throughput.
 """
 
 from __future__ import annotations
@@ -75,11 +79,12 @@ class WireAddress:
 
 
 def wire_address(redis: aioredis.Redis) -> WireAddress | None:
-    """Where ``redis`` connects, if it is plain TCP speaking RESP2 with bytes replies."""
+    """Where ``redis`` connects, if it is plain TCP to one fixed address speaking RESP2 with
+    bytes replies."""
     pool = redis.connection_pool
     kwargs = pool.connection_kwargs
     if pool.connection_class is not aioredis.Connection:
-        return None  # TLS or a Unix socket: redis-py's path
+        return None  # TLS, a Unix socket or a Sentinel-managed master: redis-py's path
     if kwargs.get("decode_responses") or kwargs.get("protocol") not in (None, 2, "2"):
         return None
     return WireAddress(

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlencode
 
+from callgate.connect import sentinel_address
+
 INSTALL_REDIS = (
     "no redis-server found: install one (apt-get install redis-server / brew install redis), "
     "or point REDIS_URL at a running Redis"
@@ -53,13 +55,20 @@ def free_port() -> int:
 
 
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """True if a Redis server answers PING at ``url``."""
+    """True if a Redis server answers PING at ``url`` (the master, for a Sentinel URL)."""
     import redis
+    from redis.sentinel import Sentinel
 
+    timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
+        address = sentinel_address(url)
+        if address is None:
+            client = redis.Redis.from_url(url, **timeouts)
+        else:
+            manager = Sentinel(address.sentinels, **timeouts)  # type: ignore[no-untyped-call]
+            client = manager.master_for(  # type: ignore[no-untyped-call]
+                address.master, db=address.db, username=address.username, password=address.password
+            )
         try:
             return bool(client.ping())
         finally:
