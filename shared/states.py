@@ -66,9 +66,10 @@ RUN_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     R.PAUSED_UNKNOWN_OUTCOME: frozenset({R.EXECUTING, R.AWAITING_MODEL}) | _RUN_ENDS,
     R.PAUSED_INCOMPLETE: frozenset({R.AWAITING_MODEL}) | _RUN_ENDS,
     **{end: frozenset() for end in RUN_TERMINAL},
-    # A person may resume a run handed off at its budget, with the same or a larger one; a
-    # completed run takes a follow-up input as its next turn.
-    R.HANDED_OFF: frozenset({R.AWAITING_MODEL}),
+    # A person may resume a run handed off at its budget, with the same or a larger one (one
+    # handed off mid-turn takes its turn up again: validating or executing); a completed run
+    # takes a follow-up input as its next turn.
+    R.HANDED_OFF: frozenset({R.AWAITING_MODEL, R.VALIDATING, R.EXECUTING}),
     R.COMPLETED: frozenset({R.AWAITING_MODEL}),
 }
 

@@ -2,9 +2,9 @@
 
 The token was verified already (`callgate.decisions.flow`).  Who may: the person the run acts
 for, or anyone holding the deployment's operator role.  What may: cancel any run not ended;
-resume a run paused incomplete, or handed off at a turn's start (a run handed off mid-turn —
-its deadline passed while calls ran — is not resumable: its turn's results never reached the
-history).  The new turn budget must leave room for the turn it asks.  Anything else is refused
+resume a run paused incomplete or handed off (at a turn's start, or mid-turn — its deadline
+passed while calls ran —, when its turn is taken up again: `ControlSteps.reopen_turn`).  The new
+turn budget must leave room for the turn it asks.  Anything else is refused
 with the reason, in the log and the run's trace (``control.refused``), and changes nothing.
 """
 
@@ -39,7 +39,6 @@ def refusal(
     claims: ControlClaims,
     decided: VerifiedDecision,
     operator_role: str,
-    turn_has_calls: bool,
 ) -> str | None:
     """Why the cancel or resume must not apply, or None if it may (pure)."""
     if run is None:
@@ -50,8 +49,6 @@ def refusal(
         return f"the run has ended ({run.status.value})" if run.status in RUN_TERMINAL else None
     if run.status not in RESUMABLE:
         return f"the run is {run.status.value}: only a run paused incomplete or handed off resumes"
-    if run.status == RunState.HANDED_OFF and turn_has_calls:
-        return "the run was handed off mid-turn (its calls' results never reached the model)"
     max_turns = claims.max_turns or max(run.max_turns, resume_turn(run))
     if max_turns < resume_turn(run):
         return f"max_turns {max_turns} leaves no room for turn {resume_turn(run)}"
@@ -71,7 +68,7 @@ class ControlFlow:
         run = await self.ledger.get_run(claims.run)
         calls = [] if run is None else await self.ledger.turn_calls(run.run_id, run.turn)
         operator = self.rt.trust.current().operator_role
-        reason = refusal(run, claims, decided, operator, bool(calls))
+        reason = refusal(run, claims, decided, operator)
         if reason is not None:
             await self._refuse(claims.run, msg_id, reason, decided.person)
             return
@@ -91,6 +88,7 @@ class ControlFlow:
                 deadline_ms=budget.deadline_ms,
                 max_total_tokens=budget.max_total_tokens,
                 msg_id=msg_id,
+                calls=calls,
             )
         if (await self.ledger.apply(tx)).ok:
             log.info(

@@ -117,11 +117,11 @@ class ApprovalSteps(Reads):
             tx.expect(
                 self.keys.call(sibling.run_id, sibling.call_id), "state", CallState.NEEDS_APPROVAL
             )
-        decided = _as_decided(this, to)
+        decided = as_decided(this, to)
         if pending:
             return dispatch(self, tx, record.run_id, record.turn, [decided], writes=False)
         held = [
-            _as_decided(c, c.state)
+            as_decided(c, c.state)
             for c in calls
             if c is not this
             and (
@@ -209,7 +209,8 @@ def _decision_fields(to: CallState, approver: str | None, reason: str | None) ->
     return {"reason": message, "result": error_result("approval_expired", message)}
 
 
-def _as_decided(call: CallRecord, state: CallState) -> Decided:
+def as_decided(call: CallRecord, state: CallState) -> Decided:
+    """``call`` as `dispatch` sends it, in ``state``."""
     # An approved call runs whatever its effect; `is_write` only orders it into a chain.
     return Decided(
         call.call_id,

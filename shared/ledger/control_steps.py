@@ -7,19 +7,23 @@ result), their pending approvals are withdrawn; a call in flight is never assume
 it settles with its true outcome (a write through reconciliation), which the run keeps.
 Resume: the run asks the model again — after a truncated turn, the next turn (the truncated
 response stays in the record, never executed); after a hand-off at a turn's start, that turn —
-under the new budget, with the usage so far kept; a handed-off run's keys stop expiring.
+under the new budget, with the usage so far kept; a handed-off run's keys stop expiring.  A run
+handed off mid-turn (its deadline passed while calls ran) takes that turn up where it stopped,
+each call from the state it was left in, the workers' guards deciding (`reopen_turn`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from callgate.envelopes import TurnRequest
-from callgate.ledger.approval_steps import Decider
+from callgate.envelopes import CallResult, TurnRequest, ValidateRequest
+from callgate.ledger.approval_steps import Decider, as_decided
+from callgate.ledger.dispatch import dispatch
 from callgate.ledger.resolve_steps import ResolveSteps
 from callgate.ledger.tx import Tx
-from callgate.records import CallRecord, RunRecord, error_result
+from callgate.records import BatchPolicy, CallRecord, RunRecord, error_result
 from callgate.states import CallState, RunState
+from callgate.tools.contract import Effect
 
 NOT_STARTED = frozenset(
     {CallState.REQUESTED, CallState.NEEDS_APPROVAL, CallState.ALLOWED, CallState.APPROVED}
@@ -86,9 +90,11 @@ class ControlSteps(ResolveSteps):
         deadline_ms: int | None,
         max_total_tokens: int | None,
         msg_id: str,
+        calls: Sequence[CallRecord] = (),
     ) -> Tx:
         """``run`` (as read, paused incomplete or handed off) → asking the model for ``turn``
-        under the new budget."""
+        under the new budget; or, handed off mid-turn (``calls``: its turn's, as read), taking
+        that turn up again (`reopen_turn`)."""
         tx = self.once(Tx("resume_run"), run.run_id, decider.jti, "resume")
         fields = {
             "turn": turn,
@@ -97,13 +103,10 @@ class ControlSteps(ResolveSteps):
             "max_total_tokens": max_total_tokens,
             "reason": f"resumed by {decider.person}",
         }
+        mid_turn = run.status == RunState.HANDED_OFF and bool(calls)
+        to_state = self.reopen_turn(tx, run, calls) if mid_turn else RunState.AWAITING_MODEL
         self.run_transition(
-            tx,
-            run.run_id,
-            [run.status],
-            RunState.AWAITING_MODEL,
-            expect_turn=run.turn,
-            fields=fields,
+            tx, run.run_id, [run.status], to_state, expect_turn=run.turn, fields=fields
         )
         if run.status == RunState.HANDED_OFF:
             await self._keep(tx, run)
@@ -118,9 +121,40 @@ class ControlSteps(ResolveSteps):
             turn=turn,
             max_turns=max_turns,
             msg_id=msg_id,
+            mid_turn=mid_turn,
         )
+        if mid_turn:
+            return tx
         request = TurnRequest(run_id=run.run_id, turn=turn, reason="resume")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
+
+    def reopen_turn(self, tx: Tx, run: RunRecord, calls: Sequence[CallRecord]) -> RunState:
+        """Take up a turn a hand-off interrupted, guarded on its calls as read; the run's new
+        state.  Calls never decided go to the validator again.  Otherwise what the hand-off
+        stranded is sent on: the writes a batch held for its approvals (`held_at_hand_off`);
+        what was in flight needs nothing, its worker still holds its message.  One result
+        message then has model_turn look at the turn (its results may all be in already:
+        they settled while the run was handed off, and nobody joined them)."""
+        ordered = sorted(calls, key=lambda c: c.index)
+        if any(c.state == CallState.REQUESTED for c in ordered):
+            self._expect_states(tx, ordered)
+            ids = tuple(c.call_id for c in ordered)
+            request = ValidateRequest(run_id=run.run_id, turn=run.turn, call_ids=ids)
+            self.outbox(tx, self.keys.run_stream("validate", run.run_id), request)
+            return RunState.VALIDATING
+        held = held_at_hand_off(ordered, run.batch_policy)
+        self._expect_states(tx, held)
+        dispatch(self, tx, run.run_id, run.turn, [as_decided(c, c.state) for c in held])
+        first = ordered[0]
+        look = CallResult(
+            run_id=run.run_id, turn=run.turn, call_id=first.call_id, state=first.state.value
+        )
+        self.outbox(tx, self.keys.run_stream("results", run.run_id), look)
+        return RunState.EXECUTING
+
+    def _expect_states(self, tx: Tx, calls: Sequence[CallRecord]) -> None:
+        for call in calls:
+            tx.expect(self.keys.call(call.run_id, call.call_id), "state", call.state)
 
     async def _keep(self, tx: Tx, run: RunRecord) -> None:
         """Stop the expiry an ended run's keys were given: it lives on; and have the webhooks
@@ -171,3 +205,21 @@ class ControlSteps(ResolveSteps):
         )
         request = TurnRequest(run_id=run.run_id, turn=run.turn + 1, reason="reply")
         return self.outbox(tx, self.keys.run_stream("turns", run.run_id), request)
+
+
+def held_at_hand_off(calls: Sequence[CallRecord], policy: BatchPolicy) -> list[CallRecord]:
+    """The calls a batch still held for its approvals when its run was handed off: approved
+    writes, and (``hold_effects``) allowed writes.  Reads went out when decided.  Only a
+    hand-off from ``paused_approval`` cancels calls (those still waiting for a person), so
+    without a cancelled call nothing was held: every call was sent, or chained behind one."""
+    if not any(c.state == CallState.CANCELLED for c in calls):
+        return []
+    return [
+        c
+        for c in calls
+        if c.effect != Effect.READ
+        and (
+            c.state == CallState.APPROVED
+            or (c.state == CallState.ALLOWED and policy == "hold_effects")
+        )
+    ]

@@ -7,7 +7,10 @@
   late approval is refused; someone who is neither the run's user nor an operator is refused;
 * a truncated turn pauses ``paused_incomplete``; resume asks again and the run completes —
   nothing from the truncated response ran;
-* a run handed off at its turn budget resumes with a larger one and completes, each protocol."""
+* a run handed off at its turn budget resumes with a larger one and completes, each protocol;
+* a run handed off mid-turn — while its write ran, or while it waited for an approval — is
+  stranded until resumed, then takes its turn up again and completes: the write settled during
+  the hand-off is neither lost nor sent again, the call the hand-off cancelled never runs."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from callgate.client import CallgateClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.ops.control_cli import control
 from callgate.ops.system import LocalSystem
+from callgate.states import RunState
+from callgate.sweeps import DEADLINE_REACHED
 from tests.e2e.people import APIS, TRAVEL, approve, http, status, submit, until
 
 pytestmark = pytest.mark.slow
@@ -110,3 +115,53 @@ async def test_a_run_handed_off_at_its_turn_budget_resumes_with_a_larger_one(
     assert run is not None and (run.max_turns, run.turn) == (2, 2)
     ttl = await client.redis.ttl(client.keys.run(run_id))
     assert ttl > 0, "completed again: its keys expire again"
+
+
+async def hand_off(client: CallgateClient, run_id: str) -> None:
+    """What the deadline sweep does to a run whose deadline passed, now."""
+    run = await client.ledger.get_run(run_id)
+    assert run is not None
+    assert (
+        await client.ledger.apply(
+            await client.ledger.end_run(run, RunState.HANDED_OFF, DEADLINE_REACHED)
+        )
+    ).ok
+
+
+async def test_a_run_handed_off_while_its_write_ran_takes_its_turn_up_when_resumed(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    slow = {"mode": "slow", "delay_s": 2.0, "commit": "before", "count": 1}
+    await http(system, "booking", "POST", "/_faults", {"reserve": slow})
+    run_id = await submit(client, "openai-responses", "conf-reserve", ["reserve_seat"])
+    await until(client, run_id, status("paused_approval"))
+    await approve(system, client, run_id)
+    await until(client, run_id, lambda v: v["calls"][0]["state"] == "executing")
+    await hand_off(client, run_id)
+    view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "succeeded")
+    await asyncio.sleep(1.0)  # time for model_turn to read the result (and do nothing)
+    assert (await client.view(run_id))["status"] == "handed_off", "stranded until resumed"
+
+    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"))
+    assert code == 0, said
+    view = await until(client, run_id, status("completed"))
+    assert '"status":"confirmed"' in view["final_text"], "the model got the settled result"
+    stats = await http(system, "booking", "GET", "/_stats")
+    assert stats["reservations_by_participant"] == {"ws-200/p-alice": 1}
+    assert stats["reserve"]["requests"] == 1, "the write was not sent again"
+
+
+async def test_a_run_handed_off_while_paused_for_approval_resumes_without_that_call(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    run_id = await submit(client, "anthropic-messages", "conf-reserve", ["reserve_seat"])
+    await until(client, run_id, status("paused_approval"))
+    await hand_off(client, run_id)
+    call = await client.ledger.get_call(run_id, "t1.0")
+    assert call is not None and call.state == "cancelled"
+
+    code, said = await control(client, run_id, "resume", signer_of(system.settings, "alice"))
+    assert code == 0, said
+    view = await until(client, run_id, status("completed"))
+    assert "cancelled" in view["final_text"], view["final_text"]
+    assert (await http(system, "booking", "GET", "/_stats"))["reserve"]["requests"] == 0

@@ -45,11 +45,12 @@ DESIGN_CALL_EDGES = {
     (C.APPROVED, C.CANCELLED),
 }  # fmt: skip
 RESUMABLE = {
-    R.HANDED_OFF: frozenset({R.AWAITING_MODEL}),
+    R.HANDED_OFF: frozenset({R.AWAITING_MODEL, R.VALIDATING, R.EXECUTING}),
     R.COMPLETED: frozenset({R.AWAITING_MODEL}),
 }
 """The ends a run may leave (DESIGN §10): resumed with the same or a larger budget (handed
-off), or continued by a follow-up input (completed)."""
+off: at a turn's start, or mid-turn, where its turn is taken up again), or continued by a
+follow-up input (completed)."""
 
 MACHINES = [
     ("run", RunState, RUN_TRANSITIONS, RUN_TERMINAL, R.QUEUED, check_run),
@@ -69,8 +70,11 @@ def test_run_table_keeps_the_design_invariants() -> None:
     # A run completes or is refused only on a model answer.
     assert run_sources(R.COMPLETED) == {R.AWAITING_MODEL}
     assert run_sources(R.REFUSED) == {R.AWAITING_MODEL}
-    # Calls execute only after validation or a resolved pause, never straight from the model.
-    assert run_sources(R.EXECUTING) == {R.VALIDATING, R.PAUSED_APPROVAL, R.PAUSED_UNKNOWN_OUTCOME}
+    # Calls execute only after validation or a resolved pause, never straight from the model:
+    # a run handed off mid-turn executes again only once its calls were decided.
+    assert run_sources(R.EXECUTING) == {
+        R.VALIDATING, R.PAUSED_APPROVAL, R.PAUSED_UNKNOWN_OUTCOME, R.HANDED_OFF
+    }  # fmt: skip
     # Every live run can fail, hand off or be cancelled.
     for state in set(RunState) - RUN_TERMINAL:
         assert {R.FAILED, R.HANDED_OFF, R.CANCELLED} <= RUN_TRANSITIONS[state]
