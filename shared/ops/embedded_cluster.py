@@ -65,11 +65,12 @@ class EmbeddedCluster:
         return self.live()[0].url
 
     def start(self, timeout_s: float = 30.0) -> EmbeddedCluster:
-        for _ in range(self.masters * 2):
-            node = EmbeddedRedis(port=cluster_port())
-            node.config_file = _cluster_conf(node.directory)
-            self.nodes.append(node.start())
         try:
+            for _ in range(self.masters * 2):
+                node = EmbeddedRedis(port=cluster_port())
+                node.config_file = _cluster_conf(node.directory)
+                self.nodes.append(node)
+                node.start()
             self._create()
             self.wait_until_ok(timeout_s)
         except BaseException:
