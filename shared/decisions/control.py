@@ -35,10 +35,7 @@ def resume_turn(run: RunRecord) -> int:
 
 
 def refusal(
-    run: RunRecord | None,
-    claims: ControlClaims,
-    decided: VerifiedDecision,
-    operator_role: str,
+    run: RunRecord | None, claims: ControlClaims, decided: VerifiedDecision, operator_role: str
 ) -> str | None:
     """Why the cancel or resume must not apply, or None if it may (pure)."""
     if run is None:
