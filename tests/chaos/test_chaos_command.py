@@ -2,8 +2,9 @@
 SIGKILLs of every worker kind, a Redis restart, lost booking answers, dropped model streams,
 people cancelling runs (one mid-write), resolving unknown outcomes and replying to runs (a
 follow-up turn, some sent while the run is busy) — and every invariant at
-its required value.  Then the crash-point walk: every boundary of every
-worker, for every effect kind, crashed once and recovered from."""
+its required value; the same with Redis under Sentinel and its master SIGKILLed mid-run (writes
+waiting for a replica).  Then the crash-point walk: every boundary of every worker, for every
+effect kind, crashed once and recovered from."""
 
 from __future__ import annotations
 
@@ -53,6 +54,17 @@ def test_a_small_chaos_run_keeps_every_invariant() -> None:
     assert set(fig["reservations_per_approved_call"]) <= {"0", "1"}
     assert fig["reservations_per_approved_call"].get("1", 0) > 0
     assert fig["recovery_s"]["unrecovered"] == 0
+    assert fig["ok"] is True and code == 0
+
+
+@pytest.mark.timeout(300)
+def test_a_chaos_run_survives_its_redis_master_dying_under_sentinel() -> None:
+    code, fig, log = chaos("--runs", "24", "--seed", "10", "--failover", timeout_s=280)
+    assert fig["failovers"] == 1 and fig["durability"] == "replica", fig
+    assert 0 < fig["promoted_s"] < 30, fig["promoted_s"]
+    assert fig["runs"]["lost"] == 0 and fig["writes"]["reserve_requests"] > 0, fig["runs"]
+    for name in CHECKS:
+        assert fig[name] == 0, (name, fig["violations"], log[-2000:])
     assert fig["ok"] is True and code == 0
 
 

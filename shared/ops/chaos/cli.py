@@ -1,6 +1,7 @@
 """`callgate chaos`: run the system under real faults and check its invariants.
 
     callgate chaos --runs 200 --seed 1 [--json]      # random kills, Redis restart, lost answers
+    callgate chaos --failover [--durability none]    # …the Redis master SIGKILLed (Sentinel)
     callgate chaos --crash-points [--json]           # every crash point, every effect kind
 
 Figures go to stdout (text, or JSON with ``--json``); progress to stderr.  Exit code 0 when
@@ -33,6 +34,8 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             booking_drop=args.booking_drop,
             settle_timeout_s=args.timeout,
+            failover=args.failover,
+            durability=args.durability,
         )
         progress_to_stderr(f"chaos: {options.runs} runs, seed {options.seed}")
         fig = run_chaos(options, progress_to_stderr)
@@ -74,5 +77,16 @@ def add_command(sub: Any) -> None:
         type=float,
         default=defaults.settle_timeout_s,
         help="seconds every run may take to settle after the faults",
+    )
+    cmd.add_argument(
+        "--failover",
+        action="store_true",
+        help="Redis under Sentinel (a master, two replicas); SIGKILL the master, not a restart",
+    )
+    cmd.add_argument(
+        "--durability",
+        choices=("none", "replica"),
+        default=defaults.durability,
+        help="CALLGATE_WRITE_DURABILITY with --failover (none shows what a failover can lose)",
     )
     cmd.set_defaults(handler=cmd_chaos)

@@ -24,6 +24,7 @@ from callgate.config import Settings
 from callgate.keys import Keys
 from callgate.ops.chaos.common import REDIS_AWAY, pause, text
 from callgate.ops.chaos.recovery import Kill, held_by, track
+from callgate.ops.embedded_sentinel import EmbeddedSentinel
 from callgate.ops.system import LocalSystem
 from callgate.streams.service import consumer_name
 
@@ -43,6 +44,9 @@ class Faults:
     kills: list[Kill] = field(default_factory=list)
     redis_restarts: int = 0
     redis_down_s: float = 0.0
+    failovers: int = 0
+    promoted_s: float = 0.0
+    """From the master's SIGKILL until a replica serves as master."""
     trackers: list[asyncio.Task[None]] = field(default_factory=list)
 
     def kills_by_kind(self) -> dict[str, int]:
@@ -61,6 +65,7 @@ class Injector:
         *,
         kill_every_s: float,
         progress: Callable[[str], None],
+        sentinels: EmbeddedSentinel | None = None,
     ) -> None:
         self.system = system
         self.redis = redis
@@ -69,6 +74,8 @@ class Injector:
         self.kill_every_s = kill_every_s
         self.progress = progress
         self.faults = Faults()
+        self.sentinels = sentinels
+        """Set under Sentinel: the Redis fault is then the master's death, not a restart."""
         self._order: list[str] = []
 
     def _next_kind(self) -> str:
@@ -153,6 +160,26 @@ class Injector:
             elif await pause(stop, gap) and kinds <= set(self.faults.kills_by_kind()):
                 return
             await self.kill_one()
+
+    async def redis_fault(self) -> None:
+        """The session's one Redis fault: a failover under Sentinel, else a restart."""
+        if self.sentinels is not None:
+            await self.fail_over(self.sentinels)
+        else:
+            await self.restart_redis()
+
+    async def fail_over(self, sentinels: EmbeddedSentinel) -> None:
+        """SIGKILL the Redis master while runs flow; its sentinels promote a replica, which
+        the workers follow (`callgate.connect`).  Whatever replication had not carried is
+        gone: what the write durability setting is for."""
+        master = await asyncio.to_thread(sentinels.master)
+        self.progress(f"killing the Redis master (:{master.port})")
+        started = time.monotonic()
+        await asyncio.to_thread(master.stop, kill=True)
+        await asyncio.to_thread(sentinels.wait_for_failover, master)
+        self.faults.promoted_s = round(time.monotonic() - started, 3)
+        self.faults.failovers += 1
+        self.progress(f"a replica was promoted after {self.faults.promoted_s:.1f}s")
 
     async def restart_redis(self) -> None:
         """Stop Redis, leave it down `REDIS_DOWN_S` (as a real restart replaying its AOF

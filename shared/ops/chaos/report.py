@@ -186,7 +186,7 @@ def render(fig: Mapping[str, Any]) -> str:
         f"{runs['handed_off']} · cancelled {runs.get('cancelled', 0)} · lost {runs['lost']}"
         f" · dead letters {fig['dead_letters']}",
         f"kills       {sum(fig['kills'].values())} ({_pairs(fig['kills'])})"
-        f" · redis restarts {fig.get('redis_restarts', 0)} ({fig.get('redis_down_s', 0)} s down)"
+        f" · {_redis_fault(fig)}"
         f" · model streams dropped {fig['model_drops']} of {fig['model_requests']}",
         f"writes      reserve requests {writes['reserve_requests']} · reservations "
         f"{writes['reservations']} · reconciled after a lost answer {writes['reconciled']}"
@@ -201,3 +201,12 @@ def render(fig: Mapping[str, Any]) -> str:
     lines += invariant_lines(fig)
     lines.append("result      " + ("every invariant holds" if fig["ok"] else "INVARIANTS VIOLATED"))
     return "\n".join(lines)
+
+
+def _redis_fault(fig: dict[str, Any]) -> str:
+    if "failovers" in fig:
+        return (
+            f"master failovers {fig['failovers']} (a replica promoted after {fig['promoted_s']} s"
+            f", durability {fig['durability']})"
+        )
+    return f"redis restarts {fig.get('redis_restarts', 0)} ({fig.get('redis_down_s', 0)} s down)"

@@ -1,7 +1,8 @@
 """`callgate chaos --runs N --seed S`: the whole system under random real faults.
 
 While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs worker processes
-of every kind at random moments and restarts Redis once; the booking service commits and then
+of every kind at random moments and restarts Redis once (with ``--failover``, under Sentinel,
+SIGKILLs the Redis master instead, and a replica is promoted); the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
 mid-response.  The approver decides the approvals, except those a run's plan leaves to
 expire; the run's user cancels some runs, and a resolver settles the writes some runs' plans
@@ -22,6 +23,7 @@ from callgate.ops.chaos.injector import Injector
 from callgate.ops.chaos.report import figures, people_figures
 from callgate.ops.chaos.session import Progress, Session, system_spec
 from callgate.ops.chaos.workload import plan_runs
+from callgate.ops.embedded_sentinel import EmbeddedSentinel
 from callgate.ops.system import LocalSystem
 
 TRAVEL_LATENCY_S = 0.3
@@ -44,6 +46,11 @@ class ChaosOptions:
     booking_drop: float = 0.1
     """Share of reservations the booking service commits and then drops the answer of."""
     redis_restart: bool = True
+    """One Redis fault halfway through the submissions: a restart, or the master's death."""
+    failover: bool = False
+    """Redis under Sentinel (a master, two replicas): the fault kills the master."""
+    durability: str = "replica"
+    """``CALLGATE_WRITE_DURABILITY`` with ``failover``: ``none`` shows what a failover can lose."""
     settle_timeout_s: float = 300.0
 
 
@@ -59,7 +66,7 @@ async def _submit_all(session: Session, injector: Injector, options: ChaosOption
     cancels: list[asyncio.Task[None]] = []
     for i, plan in enumerate(session.plans):
         if options.redis_restart and i == len(session.plans) // 2:
-            restart = asyncio.create_task(injector.restart_redis())
+            restart = asyncio.create_task(injector.redis_fault())
         await session.submit(plan)
         if plan.cancel != "no":
             cancels.append(asyncio.create_task(session.people.cancel(plan)))
@@ -97,13 +104,16 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
 
 
 async def chaos_session(
-    system: LocalSystem, options: ChaosOptions, progress: Progress
+    system: LocalSystem,
+    options: ChaosOptions,
+    progress: Progress,
+    sentinels: EmbeddedSentinel | None = None,
 ) -> dict[str, Any]:
     """One random-fault session on a started system; its figures."""
     started = time.monotonic()
     session = Session(system, plan_runs(options.runs, options.seed), progress)
     injector = Injector(system, session.redis, options.seed, kill_every_s=options.kill_every_s,
-                        progress=progress)  # fmt: skip
+                        progress=progress, sentinels=sentinels)  # fmt: skip
     try:
         await session.wait_ready()
         await _under_faults(session, injector, options)
@@ -114,6 +124,7 @@ async def chaos_session(
         "seed": options.seed,
         "redis_restarts": injector.faults.redis_restarts,
         "redis_down_s": injector.faults.redis_down_s,
+        **_failover_figures(injector, options),
         "approvals": {"approved": session.approver.stats.approved,
                       "denied": session.approver.stats.denied,
                       "expired": expired_calls(facts)},
@@ -124,10 +135,32 @@ async def chaos_session(
 
 
 def run_chaos(options: ChaosOptions, progress: Progress) -> dict[str, Any]:
-    """Start the system, run the session, stop everything; the figures."""
-    system = LocalSystem(system_spec(replicas(options)), progress=progress)
+    """Start the system (under Sentinel with ``failover``), run the session, stop everything;
+    the figures."""
+    sentinels = EmbeddedSentinel(replicas=2) if options.failover else None
     try:
-        system.start()
-        return asyncio.run(chaos_session(system, options, progress))
+        env, url = None, None
+        if sentinels is not None:
+            progress("starting Redis under Sentinel: a master, two replicas, three sentinels")
+            url = sentinels.start().url
+            env = {"CALLGATE_WRITE_DURABILITY": options.durability}
+        system = LocalSystem(system_spec(replicas(options), env, url), progress=progress)
+        try:
+            system.start()
+            return asyncio.run(chaos_session(system, options, progress, sentinels))
+        finally:
+            system.stop()
     finally:
-        system.stop()
+        if sentinels is not None:
+            sentinels.stop()
+
+
+def _failover_figures(injector: Injector, options: ChaosOptions) -> dict[str, Any]:
+    if not options.failover:
+        return {}
+    faults = injector.faults
+    return {
+        "failovers": faults.failovers,
+        "promoted_s": faults.promoted_s,
+        "durability": options.durability,
+    }

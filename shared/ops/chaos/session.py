@@ -10,11 +10,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from callgate.auth.deployment import signer_of
 from callgate.auth.keyring import DEFAULT_PEOPLE
 from callgate.client import CallgateClient
+from callgate.connect import redis_client
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.approver import APPROVER, Approver
@@ -70,7 +69,7 @@ class Session:
         self.settings = system.settings
         self.progress = progress
         self.plans = list(plans)
-        self.redis = aioredis.Redis.from_url(self.settings.redis_url)
+        self.redis = redis_client(self.settings.redis_url)
         keys = Keys(self.settings.key_prefix, self.settings.partitions)
         self.ledger = Ledger(self.redis, keys, self.settings)
         self.client = CallgateClient(self.settings)
