@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import os
 import secrets
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +37,7 @@ from callgate.auth.keys import write_secret_file
 from callgate.config import DEV_STATE_FILE, read_dev_state
 from callgate.logs import mask_url_password
 from callgate.ops.dev_logs import dev_sink, json_event
+from callgate.ops.embedded_redis import port_free
 from callgate.ops.stack import sigterm_as_interrupt, wait_for_stop_signal
 from callgate.ops.system import SERVICES, START_ERRORS, LocalSystem, SystemSpec
 from callgate.tools.mcp_servers import parse_servers
@@ -232,7 +232,7 @@ def start_api(system: LocalSystem, port: int = 0) -> str:
     delegate key ``api``, and its web console's login link for `CONSOLE_OPERATOR` (unless
     CALLGATE_CONSOLE_OPERATOR names another person); its URL.  A port already taken (another
     dev, another server) gives way to a free one, which the banner shows."""
-    if port and not _port_free(port):
+    if port and not port_free(port):
         system.progress(f"port {port} is taken: the HTTP API listens on a free port instead")
         port = 0
     argv = [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", str(port)]
@@ -248,15 +248,6 @@ def console_link(system: LocalSystem) -> str | None:
         return system.supervisor.wait_for_line("api", CONSOLE_LINK, 2.0).group(1)
     except (TimeoutError, RuntimeError):
         return None
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def start_slack(system: LocalSystem) -> None:

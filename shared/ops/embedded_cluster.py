@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server
+from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server, port_free
 
 NODE_TIMEOUT_MS = 1000
 """How long a master may be silent before its replica is promoted (Redis's default is 15 s)."""
@@ -39,17 +38,8 @@ def cluster_port() -> int:
     """A free port whose cluster bus port (10000 higher) is free too: a node needs both."""
     while True:
         port = random.randint(20_000, 45_000)
-        if _free(port) and _free(port + 10_000):
+        if port_free(port) and port_free(port + 10_000):
             return port
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 @dataclass

@@ -54,6 +54,16 @@ def free_port() -> int:
         return port
 
 
+def port_free(port: int) -> bool:
+    """Whether nothing listens on loopback ``port`` now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
     """True if a Redis server answers PING at ``url`` (the master, for a Sentinel URL)."""
     import redis

@@ -36,15 +36,22 @@ async def model_requests(system: LocalSystem, scenario: str) -> int:
     )
 
 
-async def test_cancel_with_a_write_in_flight_keeps_its_true_outcome(
-    system: LocalSystem, client: CallgateClient
-) -> None:
+async def write_in_flight(system: LocalSystem, client: CallgateClient, api: str) -> str:
+    """A run whose approved reservation the booking service has committed and holds the
+    answer of (2 s); its run id, once the call is ``executing``."""
     slow = {"mode": "slow", "delay_s": 2.0, "commit": "before", "count": 1}
     await http(system, "booking", "POST", "/_faults", {"reserve": slow})
-    run_id = await submit(client, "openai-chat", "conf-reserve", ["reserve_seat"])
+    run_id = await submit(client, api, "conf-reserve", ["reserve_seat"])
     await until(client, run_id, status("paused_approval"))
     await approve(system, client, run_id)
     await until(client, run_id, lambda v: v["calls"][0]["state"] == "executing")
+    return run_id
+
+
+async def test_cancel_with_a_write_in_flight_keeps_its_true_outcome(
+    system: LocalSystem, client: CallgateClient
+) -> None:
+    run_id = await write_in_flight(system, client, "openai-chat")
     asked = await model_requests(system, "conf-reserve")
 
     code, said = await control(
@@ -131,12 +138,7 @@ async def hand_off(client: CallgateClient, run_id: str) -> None:
 async def test_a_run_handed_off_while_its_write_ran_takes_its_turn_up_when_resumed(
     system: LocalSystem, client: CallgateClient
 ) -> None:
-    slow = {"mode": "slow", "delay_s": 2.0, "commit": "before", "count": 1}
-    await http(system, "booking", "POST", "/_faults", {"reserve": slow})
-    run_id = await submit(client, "openai-responses", "conf-reserve", ["reserve_seat"])
-    await until(client, run_id, status("paused_approval"))
-    await approve(system, client, run_id)
-    await until(client, run_id, lambda v: v["calls"][0]["state"] == "executing")
+    run_id = await write_in_flight(system, client, "openai-responses")
     await hand_off(client, run_id)
     view = await until(client, run_id, lambda v: v["calls"][0]["state"] == "succeeded")
     await asyncio.sleep(1.0)  # time for model_turn to read the result (and do nothing)
