@@ -113,11 +113,18 @@ class ApprovalFlow:
         decider: Decider | None,
         reason: str | None,
     ) -> Result:
-        if await self.ledger.get_run(record.run_id) is None:
+        run = await self.ledger.get_run(record.run_id)
+        if run is None:
             return "done"
         calls = await self.ledger.turn_calls(record.run_id, record.turn)
         tx = self.ledger.apply_approval(
-            record, to, calls, msg_id=msg_id, decider=decider, reason=reason
+            record,
+            to,
+            calls,
+            msg_id=msg_id,
+            decider=decider,
+            reason=reason,
+            policy=run.batch_policy,
         )
         crash_point("validator.mid_approval")
         result = await self.ledger.apply(tx)

@@ -18,7 +18,7 @@ from callgate.ledger.dispatch import Decided, dispatch
 from callgate.ledger.reads import Reads
 from callgate.ledger.run_index import approval_field
 from callgate.ledger.tx import Tx
-from callgate.records import CallRecord, Effect, error_result
+from callgate.records import BatchPolicy, CallRecord, Effect, error_result
 from callgate.states import CallState, RunState
 
 APPROVAL_STATE = {CallState.APPROVED: "approved", CallState.DENIED: "denied"}
@@ -76,10 +76,12 @@ class ApprovalSteps(Reads):
         msg_id: str,
         decider: Decider | None,
         reason: str | None,
+        policy: BatchPolicy = "hold_effects",
     ) -> Tx:
         """Decide ``record`` (approved, denied, or expired without a ``decider``) and, if it
-        was the batch's last pending approval, release the batch; guarded on every sibling
-        still pending and on the decision never having been applied before."""
+        was the batch's last pending approval, release what the batch held (``policy``: the
+        run's); guarded on every sibling still pending and on the decision never having been
+        applied before."""
         tx = Tx("apply_decision")
         state = APPROVAL_STATE.get(to, "expired")
         self._consume(tx, record, state, decider, reason)
@@ -103,14 +105,20 @@ class ApprovalSteps(Reads):
             msg_id=msg_id,
             signed_by=None if decider is None else decider.signer,
         )
-        return self._release_if_last(tx, record, to, calls)
+        return self._release_if_last(tx, record, to, calls, policy)
 
     def _release_if_last(
-        self, tx: Tx, record: ApprovalRecord, to: CallState, calls: Sequence[CallRecord]
+        self,
+        tx: Tx,
+        record: ApprovalRecord,
+        to: CallState,
+        calls: Sequence[CallRecord],
+        policy: BatchPolicy,
     ) -> Tx:
         """Where the decided call goes: while siblings are pending, only its own route
         (guarded on them still pending, so no decision applies as "not the last" once it is);
-        as the batch's last decision, the run resumes and every held call goes with it."""
+        as the batch's last decision, the run resumes and every held call goes with it
+        (`held_writes`: only those, never one that went out already)."""
         this = next(c for c in calls if c.call_id == record.call_id)
         pending = [c for c in calls if c.state == CallState.NEEDS_APPROVAL and c is not this]
         for sibling in pending:
@@ -120,15 +128,7 @@ class ApprovalSteps(Reads):
         decided = as_decided(this, to)
         if pending:
             return dispatch(self, tx, record.run_id, record.turn, [decided], writes=False)
-        held = [
-            as_decided(c, c.state)
-            for c in calls
-            if c is not this
-            and (
-                c.state == CallState.APPROVED
-                or (c.state == CallState.ALLOWED and c.effect != Effect.READ)
-            )
-        ]
+        held = [as_decided(c, c.state) for c in held_writes(calls, policy) if c is not this]
         self.run_transition(
             tx,
             record.run_id,
@@ -219,3 +219,19 @@ def as_decided(call: CallRecord, state: CallState) -> Decided:
         is_write=call.effect != Effect.READ,
         resource_key=call.resource_key,
     )
+
+
+def held_writes(calls: Sequence[CallRecord], policy: BatchPolicy) -> list[CallRecord]:
+    """The calls of a batch held back while an approval is pending: approved writes, and
+    (``hold_effects``) allowed writes.  Reads, approved or allowed, went out when decided, and
+    under ``run_allowed`` allowed writes went out (or were chained) at once: sending any of
+    those again would be a second exec order for one call."""
+    return [
+        c
+        for c in calls
+        if c.effect != Effect.READ
+        and (
+            c.state == CallState.APPROVED
+            or (c.state == CallState.ALLOWED and policy == "hold_effects")
+        )
+    ]

@@ -17,13 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from callgate.envelopes import CallResult, TurnRequest, ValidateRequest
-from callgate.ledger.approval_steps import Decider, as_decided
+from callgate.ledger.approval_steps import Decider, as_decided, held_writes
 from callgate.ledger.dispatch import dispatch
 from callgate.ledger.resolve_steps import ResolveSteps
 from callgate.ledger.tx import Tx
 from callgate.records import BatchPolicy, CallRecord, RunRecord, error_result
 from callgate.states import CallState, RunState
-from callgate.tools.contract import Effect
 
 NOT_STARTED = frozenset(
     {CallState.REQUESTED, CallState.NEEDS_APPROVAL, CallState.ALLOWED, CallState.APPROVED}
@@ -208,18 +207,10 @@ class ControlSteps(ResolveSteps):
 
 
 def held_at_hand_off(calls: Sequence[CallRecord], policy: BatchPolicy) -> list[CallRecord]:
-    """The calls a batch still held for its approvals when its run was handed off: approved
-    writes, and (``hold_effects``) allowed writes.  Reads went out when decided.  Only a
-    hand-off from ``paused_approval`` cancels calls (those still waiting for a person), so
-    without a cancelled call nothing was held: every call was sent, or chained behind one."""
+    """The calls a batch still held for its approvals when its run was handed off
+    (`held_writes`).  Only a hand-off from ``paused_approval`` cancels calls (those still
+    waiting for a person), so without a cancelled call nothing was held: every call was sent,
+    or chained behind one."""
     if not any(c.state == CallState.CANCELLED for c in calls):
         return []
-    return [
-        c
-        for c in calls
-        if c.effect != Effect.READ
-        and (
-            c.state == CallState.APPROVED
-            or (c.state == CallState.ALLOWED and policy == "hold_effects")
-        )
-    ]
+    return held_writes(calls, policy)

@@ -9,11 +9,12 @@ import pytest
 
 from callgate.envelopes import CallResult, ExecRequest, ValidateRequest, decode
 from callgate.ledger.approval_steps import Decider
-from callgate.records import CallRecord, RunRecord
+from callgate.records import RunRecord
 from callgate.states import CallState, RunState
 from callgate.streams.service import Runtime
 from callgate.sweeps import DEADLINE_REACHED
 from callgate.tools.contract import Effect
+from tests.integration.turn_seed import seed_turn
 
 C = CallState
 
@@ -21,37 +22,13 @@ C = CallState
 async def handed_off(
     runtime: Runtime, run_id: str, status: RunState, calls: list[tuple[CallState, Effect]]
 ) -> RunRecord:
-    """A run in ``status`` on turn 1 with ``calls`` (state, effect), handed off by its deadline."""
+    """A run in ``status`` on turn 1 with ``calls`` (state, effect; each its own resource),
+    handed off by its deadline."""
+    await seed_turn(runtime, run_id, status, [(s, e, f"r{i}") for i, (s, e) in enumerate(calls)])
     ledger = runtime.ledger
-    run = RunRecord(
-        run_id=run_id, api="openai-responses", model="m", input="hi", turn=1, status=status,
-    )  # fmt: skip
-    tx = ledger.start_run(run, [{"role": "user", "content": "hi"}])
-    records = [
-        CallRecord(
-            run_id=run_id,
-            call_id=f"t1.{i}",
-            turn=1,
-            index=i,
-            provider_call_id=f"p-{i}",
-            tool="send_postcard" if effect is Effect.WRITE else "bench_read",
-            state=state,
-            effect=effect,
-            tool_version="1",
-            arguments={},
-            resource_key=f"r{i}",
-            approval_id=f"a{i}" if state == C.NEEDS_APPROVAL else None,
-        )
-        for i, (state, effect) in enumerate(calls)
-    ]
-    for call in records:
-        if call.approval_id is not None:  # the pending approval the hand-off withdraws
-            key = runtime.keys.approval(run_id, call.approval_id)
-            tx.hset(key, {"state": "pending", "call_id": call.call_id})
-    ledger.create_calls(tx, records)
-    assert (await ledger.apply(tx)).ok
-    end = await ledger.end_run(run, RunState.HANDED_OFF, DEADLINE_REACHED)
-    assert (await ledger.apply(end)).ok
+    run = await ledger.get_run(run_id)
+    assert run is not None
+    assert (await ledger.apply(await ledger.end_run(run, RunState.HANDED_OFF, DEADLINE_REACHED))).ok
     ended = await ledger.get_run(run_id)
     assert ended is not None and ended.status == RunState.HANDED_OFF
     return ended
