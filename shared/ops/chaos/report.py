@@ -203,7 +203,7 @@ def render(fig: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _redis_fault(fig: dict[str, Any]) -> str:
+def _redis_fault(fig: Mapping[str, Any]) -> str:
     if "failovers" in fig:
         return (
             f"master failovers {fig['failovers']} (a replica promoted after {fig['promoted_s']} s"
