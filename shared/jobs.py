@@ -36,6 +36,9 @@ with redis-py and PyJWT alone):
    The job key has no expiry (the ingress deletes it when the job ends).  Submitters may not
    SET, PSETEX, PEXPIRE or DEL (deploy/redis/users.acl): a queued job is never overwritten,
    shortened or removed, and an entry re-scored into the future is put back by the ingress.
+   Where the deployment runs ``CALLGATE_WRITE_DURABILITY=replica``, follow EXEC with ``WAIT 1
+   MS`` *on the same connection*: 0 means no replica holds the job yet, and a failover could
+   lose it — submit again (the same run id is harmless).
 
 A job with no submitter's signature, a broken signature, a spec changed after signing, or an
 identity token used before, creates no run.  The job's result (``arq:result:RUN_ID``) says how it

@@ -6,9 +6,16 @@ Submitters may write ``arq:job:*`` and the public queue only with SETNX and ZADD
 another submitter.  ZADD cannot be narrowed by ACL, so one submitter may re-score another's
 queued job into the far future; the ingress puts such entries back (`put_back_rescored`).
 The job contract itself is `callgate.jobs`.
+
+With ``CALLGATE_WRITE_DURABILITY=replica`` the enqueue is confirmed like a write's intent
+(`callgate.ledger.durable`): ``WAIT`` for a replica on the connection that wrote the job, so a
+failover right after a submission cannot lose a run its submitter was told is queued.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 from arq.constants import job_key_prefix
 from pydantic import BaseModel
@@ -16,7 +23,9 @@ from redis.asyncio import Redis
 
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.errors import RedisUnavailableError
 from callgate.jobs import QUEUE_SKEW_MS, job_serializer, queue_name
+from callgate.ledger.durable import REPLICAS
 
 
 async def enqueue_once(
@@ -24,16 +33,45 @@ async def enqueue_once(
 ) -> bool:
     """Write a public job create-only; False if a job under ``job_id`` is queued or running
     already.  The queue entry is (re)scored now either way, which undoes someone else's
-    re-score of it and is harmless to a job already running."""
+    re-score of it and is harmless to a job already running.  Under ``replica`` durability,
+    `RedisUnavailableError` when no replica holds it in time: submit again, harmless under
+    the same id."""
     enqueue_ms = now_ms()
     value = job_serializer(
         {"t": 1, "f": function, "a": [job.model_dump(exclude_none=True)], "k": {}, "et": enqueue_ms}
     )
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.setnx(job_key_prefix + job_id, value)
-        pipe.zadd(queue_name(settings), {job_id: enqueue_ms})
-        created, _ = await pipe.execute()
-    return bool(created)
+    commands: list[tuple[Any, ...]] = [
+        ("MULTI",),
+        ("SETNX", job_key_prefix + job_id, value),
+        ("ZADD", queue_name(settings), enqueue_ms, job_id),
+        ("EXEC",),
+    ]
+    if settings.write_durability == "replica":
+        commands.append(("WAIT", REPLICAS, settings.durability_wait_ms))
+    replies = await on_one_connection(redis, commands)
+    created = bool(replies[3][0])
+    if commands[-1][0] == "WAIT" and replies[-1] < REPLICAS:
+        raise RedisUnavailableError(
+            f"job {job_id} was written but no replica confirmed it within "
+            f"{settings.durability_wait_ms} ms; submit it again (the same id is harmless)"
+        )
+    return created
+
+
+async def on_one_connection(redis: Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Send ``commands`` on one connection held for them all and read every reply: WAIT
+    counts the writes of the connection it is sent on, which a pooled client's next command
+    need not be."""
+    pool = redis.connection_pool
+    connection = await pool.get_connection("MULTI")
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        return [await connection.read_response() for _ in commands]
+    except BaseException:
+        await connection.disconnect()
+        raise
+    finally:
+        await pool.release(connection)
 
 
 async def put_back_rescored(redis: Redis, settings: Settings, limit: int) -> int:

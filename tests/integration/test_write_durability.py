@@ -21,10 +21,13 @@ from typing import Any
 import aiohttp
 import pytest
 import redis
+from arq.constants import job_key_prefix
 
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.envelopes import ExecRequest, encode, new_id
 from callgate.errors import RedisUnavailableError
+from callgate.jobs import START_RUN, StartJob
 from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server
 from callgate.records import CallRecord, Effect, RunRecord
 from callgate.services.executor import Executor
@@ -32,6 +35,7 @@ from callgate.standins.demo.http import ServiceProcess, launch
 from callgate.standins.demo.workshop import BOOKING_URL_SETTING
 from callgate.states import CallState, RunState
 from callgate.streams.commands import ensure_groups
+from callgate.streams.public_queue import enqueue_once
 from callgate.streams.service import START_FAILED, Runtime, build_runtime
 from callgate.streams.worker import Delivery
 from callgate.tools.contract import ToolContext
@@ -263,6 +267,36 @@ async def test_with_a_replica_asleep_the_request_waits_until_it_holds_the_intent
     assert await _sent(http, booking) == 1
     call = await rt.ledger.get_call(message.run_id, message.call_id)
     assert call is not None and call.state == CallState.SUCCEEDED
+
+
+JOB = StartJob(spec={"input": "hi"}, token="t")
+"""A job to enqueue: what it holds does not matter to the enqueue."""
+
+
+async def test_without_a_replica_a_submission_is_refused_to_be_sent_again(
+    master: EmbeddedRedis,
+) -> None:
+    """A failover could lose a job no replica holds: its submitter is told to submit again
+    (harmless under the same run id), never that it is queued."""
+    client = redis_client(master.url)
+    try:
+        with pytest.raises(RedisUnavailableError, match="submit it again"):
+            await enqueue_once(client, _settings(master, "hiredis"), START_RUN, JOB, "j-alone")
+    finally:
+        await client.aclose()
+
+
+async def test_with_a_replica_a_submission_returns_once_the_replica_holds_it(
+    master: EmbeddedRedis, replica: EmbeddedRedis
+) -> None:
+    settings = _settings(master, "hiredis")
+    client = redis_client(master.url)
+    try:
+        assert await enqueue_once(client, settings, START_RUN, JOB, "j-held") is True
+    finally:
+        await client.aclose()
+    with redis.Redis.from_url(replica.url) as on_replica:
+        assert on_replica.exists(job_key_prefix + "j-held") == 1
 
 
 def _start_executor(server: EmbeddedRedis, url: str | None = None, **env: str) -> list[str]:
