@@ -49,6 +49,9 @@ async def enqueue_once(
     if settings.write_durability == "replica":
         commands.append(("WAIT", REPLICAS, settings.durability_wait_ms))
     replies = await on_one_connection(redis, commands)
+    for reply in replies[3]:  # EXEC's: an error inside it comes back as a value
+        if isinstance(reply, Exception):
+            raise reply
     created = bool(replies[3][0])
     if commands[-1][0] == "WAIT" and replies[-1] < REPLICAS:
         raise RedisUnavailableError(
