@@ -153,12 +153,14 @@ class Executor:
         now could lose the record of a request that went out.  A first take is taken back
         (`untake_call`: nothing went out, and the record says so); a re-take of an
         idempotent write stays ``executing``, as its earlier attempt may have gone out and it
-        is retried with its operation id either way.  The message stays pending, so it is
+        is retried with its operation id either way; in a run cancelled meanwhile the call
+        ends ``failed`` (not applied) instead.  The message stays pending, so it is
         redelivered after ``claim_idle_ms`` and waits for a replica again; a replica still
         missing after ``max_deliveries``, its dead letter fails the run with this reason."""
-        if facts.state != CallState.EXECUTING:
+        run = await self.ledger.get_run(message.run_id)  # a cancel may have come since
+        if facts.state != CallState.EXECUTING and run is not None:
             untake = self.ledger.untake_call(
-                message.run_id, message.call_id, facts, attempt, self.rt.consumer
+                message.run_id, message.call_id, facts, attempt, self.rt.consumer, run.status
             )
             await self.ledger.apply(untake)
         wait_ms = self.rt.settings.durability_wait_ms

@@ -44,6 +44,8 @@ from callgate.providers import get_adapter
 from callgate.records import RunRecord
 from callgate.runspec import RunSpec, parse_spec, to_run_record
 from callgate.streams.arq import JOB_TIMEOUT_S, QueueSpec, serve
+from callgate.streams.arq_cluster import cluster_job_id, plain_job_id
+from callgate.streams.commands import REDIS_ERRORS
 from callgate.streams.public_queue import put_back_rescored
 from callgate.streams.service import Runtime, run_worker, tune_gc
 from callgate.sweeps import SWEEP_BATCH, expire_approval, sweep_approvals, sweep_deadlines
@@ -92,7 +94,32 @@ def _start_job(job: Any) -> StartJob:
         raise RunSpecError([f"job: {e['msg']}" for e in exc.errors()]) from exc
 
 
+START_MAX_TRIES = 40
+"""How often a start job is tried.  Every try is harmless (the run is created once), and each
+outage takes some: Redis away (a restart, a failover) defers the job (`_later`), and an ingress
+killed while holding it hands it on after its lease.  Five, arq's default, was spent within
+a cluster failover's few seconds and the run was never created; the cap is only against a
+job that never succeeds, which a refusal is not (it fails at once)."""
+RETRY_CAP_S = 5.0
+
+
+def _later(ctx: dict[str, Any]) -> Retry:
+    """Try again after 0.5 s, 1 s, 2 s, 4 s, then every `RETRY_CAP_S` (about three minutes
+    over `START_MAX_TRIES`)."""
+    tries = int(ctx.get("job_try") or 1)
+    return Retry(defer=min(RETRY_CAP_S, 0.5 * 2 ** min(tries - 1, 8)))
+
+
 async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """`_start_run`, deferred while Redis is away (Redis errors, and a ledger error that says
+    to retry)."""
+    try:
+        return await _start_run(ctx, job)
+    except REDIS_ERRORS as exc:
+        raise _later(ctx) from exc
+
+
+async def _start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     """Create the run once — record, first history item, deadline entry, turn-1 request — if
     the deployment verifies who vouches for its identity (`callgate.auth.admission`).
 
@@ -104,7 +131,7 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     rt: Runtime = ctx["runtime"]
     start = _start_job(job)
     parsed = parse_spec(start.spec)
-    run_id = parsed.run_id or str(ctx.get("job_id") or "")
+    run_id = parsed.run_id or plain_job_id(str(ctx.get("job_id") or ""))
     admitted = await _admitted(rt, start, run_id)
     if parsed.run_id is None:
         parsed = parse_spec({**start.spec, "run_id": run_id})
@@ -116,7 +143,7 @@ async def start_run(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
         result = await asyncio.shield(rt.ledger.apply(tx))
     except CallgateError as exc:
         if exc.retryable:
-            raise Retry(defer=1.0) from exc
+            raise _later(ctx) from exc
         raise
     if result.ok:
         crash_point("ingress.after_create")
@@ -187,7 +214,11 @@ def queues(settings: Settings) -> list[QueueSpec]:
             sweep,
             name=sweep.__name__,
             second=set(range(offset_s, 60, SWEEP_EVERY_S)),
-            job_id=f"cron:{settings.key_prefix}:{sweep.__name__}",
+            job_id=cluster_job_id(
+                settings,
+                internal_queue_name(settings),
+                f"cron:{settings.key_prefix}:{sweep.__name__}",
+            ),
             run_at_startup=True,
             timeout=JOB_TIMEOUT_S,
         )
@@ -197,7 +228,7 @@ def queues(settings: Settings) -> list[QueueSpec]:
         QueueSpec(
             queue_name(settings),
             [
-                func(start_run, name=START_RUN),
+                func(start_run, name=START_RUN, max_tries=START_MAX_TRIES),
                 func(reply_run, name=REPLY_RUN, max_tries=ENQUEUED_MAX_TRIES),
             ],
         ),

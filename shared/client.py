@@ -48,6 +48,7 @@ from callgate.ledger.store import Ledger
 from callgate.records import CallRecord, Event, RunRecord
 from callgate.runspec import RunSpec, parse_spec, spec_hash, with_run_id
 from callgate.states import RUN_PAUSED, RUN_TERMINAL
+from callgate.streams.arq_cluster import cluster_job_id
 from callgate.streams.public_queue import enqueue_once
 
 WAIT_BLOCK_MS = 1000
@@ -175,9 +176,9 @@ class CallgateClient:
         token = sign_submission(self.signer(), run_id=run_id, spec=payload)
         job = StartJob(spec=payload, token=token, identity_token=identity_token)
         self._remember(run_id, self._submission(payload, identity_token))
-        if await self.redis.exists(f"{result_key_prefix}{run_id}") or not await enqueue_once(
-            self.redis, self.settings, START_RUN, job, run_id
-        ):
+        if await self.redis.exists(
+            result_key_prefix + self._job_id(run_id)
+        ) or not await enqueue_once(self.redis, self.settings, START_RUN, job, run_id):
             await self._same_as_queued(parsed)
         return run_id
 
@@ -296,15 +297,23 @@ class CallgateClient:
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def _job(self, run_id: str) -> Job:
+        """The public queue's job ``run_id`` (or a reply id)."""
         pool = await self._queue.pool()
         return Job(
-            run_id, pool, _queue_name=queue_name(self.settings), _deserializer=job_deserializer
+            self._job_id(run_id),
+            pool,
+            _queue_name=queue_name(self.settings),
+            _deserializer=job_deserializer,
         )
 
     async def _job_pending(self, run_id: str) -> bool:
         """Whether a start job under ``run_id`` is queued or running: arq deletes its key when
         it ends (and a submitter may check that key, not read the job)."""
-        return bool(await self.redis.exists(f"{job_key_prefix}{run_id}"))
+        return bool(await self.redis.exists(job_key_prefix + self._job_id(run_id)))
+
+    def _job_id(self, job_id: str) -> str:
+        """arq's id of the public queue's job ``job_id`` (a run or reply id)."""
+        return cluster_job_id(self.settings, queue_name(self.settings), job_id)
 
     async def _job_failure(self, run_id: str) -> CallgateError | None:
         """Why the start job under ``run_id`` failed, from its kept result (JSON:

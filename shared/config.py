@@ -20,7 +20,7 @@ import orjson
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from callgate.connect import sentinel_address
+from callgate.connect import as_cluster_url, cluster_address, sentinel_address
 from callgate.keys import TENANT_PATTERN
 
 DEV_STATE_FILE = "dev.json"
@@ -40,6 +40,11 @@ class Settings(BaseSettings):
         validation_alias="REDIS_URL",
         description="Where the ledger and the streams live: redis://, rediss:// (TLS), unix:// "
         "or redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db].",
+    )
+    redis_cluster: bool = Field(
+        default=False,
+        description="REDIS_URL names one node of a Redis Cluster (redis://host:port): the same "
+        "as writing it redis+cluster://host:port.",
     )
     key_prefix: str = Field(default="cg", description="Namespace of every key and stream.")
     tenant: str | None = Field(
@@ -257,10 +262,20 @@ class Settings(BaseSettings):
     @field_validator("redis_url")
     @classmethod
     def _sentinel_url(cls, value: str) -> str:
-        """A malformed ``redis+sentinel://`` URL is a bad setting at start, not a failure at
-        the first command (other schemes redis-py reads as it connects)."""
+        """A malformed ``redis+sentinel://`` or ``redis+cluster://`` URL is a bad setting at
+        start, not a failure at the first command (other schemes redis-py reads as it
+        connects)."""
         sentinel_address(value)
+        cluster_address(value)
         return value
+
+    @model_validator(mode="after")
+    def _cluster_url(self) -> Settings:
+        """``CALLGATE_REDIS_CLUSTER=1`` is the cluster scheme on the URL: every client is made
+        from the URL alone (`callgate.connect.redis_client`)."""
+        if self.redis_cluster:
+            object.__setattr__(self, "redis_url", as_cluster_url(self.redis_url))
+        return self
 
 
 def bad_settings(exc: ValidationError) -> str | None:

@@ -38,7 +38,10 @@ with redis-py and PyJWT alone):
    shortened or removed, and an entry re-scored into the future is put back by the ingress.
    Where the deployment runs ``CALLGATE_WRITE_DURABILITY=replica``, follow EXEC with ``WAIT 1
    MS`` *on the same connection*: 0 means no replica holds the job yet, and a failover could
-   lose it — submit again (the same run id is harmless).
+   lose it — submit again (the same run id is harmless).  On a Redis Cluster the job's id is
+   ``RUN_ID{PREFIX:arq}`` (the queue's name as a hash tag, so all of the job's keys share the
+   queue's slot: `callgate.streams.arq_cluster`): write ``arq:job:RUN_ID{PREFIX:arq}`` and
+   ZADD that id, in one MULTI/EXEC on a connection to the master of that slot.
 
 A job with no submitter's signature, a broken signature, a spec changed after signing, or an
 identity token used before, creates no run.  The job's result (``arq:result:RUN_ID``) says how it
@@ -64,6 +67,7 @@ from redis.asyncio.connection import SSLConnection, parse_url
 
 from callgate.config import Settings
 from callgate.connect import sentinel_address
+from callgate.streams.arq_cluster import on_cluster, queue_pool
 
 START_RUN = "start_run"
 """The ingress job that creates a run (job id = run id)."""
@@ -139,6 +143,13 @@ class JobQueue:
         self._pool: ArqRedis | None = None
 
     async def pool(self) -> ArqRedis:
+        if self._pool is None and on_cluster(self.settings):
+            self._pool = queue_pool(
+                self.settings,
+                self.name,
+                job_serializer=job_serializer,
+                job_deserializer=job_deserializer,
+            )
         if self._pool is None:
             self._pool = await create_pool(
                 redis_settings(self.settings),

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from callgate.auth.keyring import LocalKeyring
 from callgate.config import Settings
 from callgate.ops.bench.tools import MODULE as BENCH_TOOLS
+from callgate.ops.embedded_cluster import EmbeddedCluster
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.standins.demo import FAULTY
 from callgate.standins.demo import TOOL_MODULES as DEMO_TOOLS
@@ -25,10 +26,14 @@ DEPLOYMENT_MODES: dict[str, dict[str, str]] = {
     "default": {},
     "carry-off": {"CALLGATE_CARRY": "0"},
     "redis-py": {"CALLGATE_WIRE": "redis-py"},
+    "cluster": {"CALLGATE_PARTITIONS": "3"},
 }
+CLUSTER_PARTITIONS = int(DEPLOYMENT_MODES["cluster"]["CALLGATE_PARTITIONS"])
 """Each way the pipeline can run: messages carry the facts their reader decides on (default)
 or every reader loads them from the ledger; the ledger's commands go over a bare hiredis
-connection (default) or plain redis-py.  The e2e and conformance suites run in each."""
+connection (default) or plain redis-py; one Redis, or a Redis Cluster of three masters with
+the runs' three partitions on a master each (`store_url`).  The e2e and conformance suites run in
+each."""
 
 
 @pytest.fixture(scope="module", params=list(DEPLOYMENT_MODES))
@@ -68,6 +73,26 @@ def callgate_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def redis_server() -> Iterator[EmbeddedRedis]:
     with EmbeddedRedis() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[EmbeddedCluster]:
+    """A local Redis Cluster (three masters, a replica each), started on first use, with the
+    `cluster` mode's three partitions on a master each."""
+    with EmbeddedCluster() as cluster:
+        cluster.spread(CLUSTER_PARTITIONS)
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def store_url(deployment_mode: str, request: pytest.FixtureRequest) -> str:
+    """Where a suite run in `deployment_mode` keeps its runs: the session's Redis, or the
+    session's cluster in the ``cluster`` mode."""
+    if deployment_mode == "cluster":
+        cluster: EmbeddedCluster = request.getfixturevalue("redis_cluster")
+        return cluster.cluster_url
+    server: EmbeddedRedis = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture

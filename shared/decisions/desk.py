@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-import redis.asyncio as aioredis
-
 from callgate.auth.tokens import Signer, sign_decision
+from callgate.connect import RedisClient
 from callgate.decisions.claims import (
     DecisionKind,
     ResolveOutcome,
@@ -68,7 +67,7 @@ class ApprovalDesk:
     """The approvals of one deployment (its Redis and key prefix), for people and scripts."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, ledger: Ledger, tenant: str | None = None
+        self, redis: RedisClient, keys: Keys, ledger: Ledger, tenant: str | None = None
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -201,7 +200,7 @@ class ApprovalDesk:
         return await wait_outcome(self.redis, self.keys, message, after_id, timeout_s)
 
 
-async def last_event_id(redis: aioredis.Redis, keys: Keys, run_id: str) -> str:
+async def last_event_id(redis: RedisClient, keys: Keys, run_id: str) -> str:
     """The run's newest event id: read *before* posting, so `wait_outcome` misses nothing.
     (Free of the ledger, so the Slack bot, which may read only events, can use it.)"""
     with redis_errors():
@@ -210,7 +209,7 @@ async def last_event_id(redis: aioredis.Redis, keys: Keys, run_id: str) -> str:
 
 
 async def wait_outcome(
-    redis: aioredis.Redis, keys: Keys, message: SignedDecision, after_id: str, timeout_s: float
+    redis: RedisClient, keys: Keys, message: SignedDecision, after_id: str, timeout_s: float
 ) -> Outcome | None:
     """The validator's verdict on ``message``, or None if none came within ``timeout_s``."""
     stream = keys.events(message.run_id)

@@ -14,6 +14,7 @@ import logging
 from callgate.config import Settings
 from callgate.decisions.record import ApprovalRecord
 from callgate.jobs import JobQueue, internal_queue_name
+from callgate.streams.arq_cluster import cluster_job_id
 
 EXPIRE_APPROVAL = "expire_approval"
 log = logging.getLogger("callgate.expiry")
@@ -37,7 +38,9 @@ class ApprovalExpiryScheduler:
                     "call_id": approval.call_id,
                     "approval_id": approval.approval_id,
                 },
-                _job_id=f"expire:{approval.approval_id}",
+                _job_id=cluster_job_id(
+                    self.settings, self._queue.name, f"expire:{approval.approval_id}"
+                ),
                 _defer_until=when,
             )
         except Exception:

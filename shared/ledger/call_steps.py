@@ -18,7 +18,7 @@ from callgate.ledger.base import CallRef
 from callgate.ledger.binding import Binding, bind
 from callgate.ledger.dispatch import Decided, dispatch
 from callgate.ledger.tx import Tx
-from callgate.records import CallOutcome
+from callgate.records import CallOutcome, error_result
 from callgate.states import CallState, RunState
 
 
@@ -145,24 +145,39 @@ class CallSteps(ApprovalSteps):
         return tx, binding
 
     def untake_call(
-        self, run_id: str, call_id: str, facts: ExecFacts, attempt: int, consumer: str
+        self,
+        run_id: str,
+        call_id: str,
+        facts: ExecFacts,
+        attempt: int,
+        consumer: str,
+        run_status: RunState,
     ) -> Tx:
         """Take back this executor's take of a write it did not send, because no replica
         confirmed its ``executing`` intent (`callgate.ledger.durable`): the call returns to
-        the state it was taken from, and the approval the take consumed is usable again.
-        That is the truth — nothing went out — where leaving it ``executing`` would make it
-        an orphan for the reconciler, and a write "not applied" fails.  Guarded on this very
-        take (its attempt and executor), so a call anyone else moved on stays as it is."""
+        the state it was taken from, and the approval the take consumed is usable again; or,
+        if the run was cancelled meanwhile (a cancel leaves a call in flight to settle truly),
+        the call ends ``failed``: not applied.  That is the truth — nothing went out — where
+        leaving it ``executing`` would make it an orphan for the reconciler, and a write "not
+        applied" fails.  Guarded on this very take (its attempt and executor) and on the run's
+        status as read (``run_status``), so a call anyone else moved on stays as it is."""
         key = self.keys.call(run_id, call_id)
         tx = Tx("untake_call").expect(key, "attempts", str(attempt))
         tx.expect(key, "executor", consumer)
-        approval_id = facts.call.approval_id
-        if approval_id is not None:
-            approval = self.keys.approval(run_id, approval_id)
-            tx.expect(approval, "call_id", call_id).expect(approval, "state", "consumed")
-            tx.hset(approval, {"state": "approved"})
-        self.call_transition(tx, run_id, call_id, [CallState.EXECUTING], facts.state)
+        tx.expect(self.keys.run(run_id), "status", run_status)
         reason = "not sent: no replica confirmed its executing intent"
+        if run_status == RunState.CANCELLED:
+            ended = {"reason": reason, "result": error_result("not_sent", reason)}
+            self.call_transition(
+                tx, run_id, call_id, [CallState.EXECUTING], CallState.FAILED, fields=ended
+            )
+        else:
+            approval_id = facts.call.approval_id
+            if approval_id is not None:
+                approval = self.keys.approval(run_id, approval_id)
+                tx.expect(approval, "call_id", call_id).expect(approval, "state", "consumed")
+                tx.hset(approval, {"state": "approved"})
+            self.call_transition(tx, run_id, call_id, [CallState.EXECUTING], facts.state)
         return self.event(
             tx, run_id, "call.unsent", call_id=call_id, attempt=attempt, reason=reason
         )

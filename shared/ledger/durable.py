@@ -15,10 +15,10 @@ says what the executor waits for first (`callgate.config.Settings.write_durabili
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
 from callgate.config import Settings
+from callgate.connect import ClusterClient, RedisClient
 from callgate.errors import DurabilityError
 from callgate.ledger.pipeline import AutoPipeline
 
@@ -26,7 +26,7 @@ REPLICAS = 1
 """How many replicas must confirm a write's intent (WAIT's first argument)."""
 
 
-def confirming_pipe(redis: aioredis.Redis, settings: Settings) -> AutoPipeline | None:
+def confirming_pipe(redis: RedisClient, settings: Settings) -> AutoPipeline | None:
     """The pipeline whose flushes end with WAIT, for ``replica``; None otherwise."""
     if settings.write_durability != "replica":
         return None
@@ -34,10 +34,10 @@ def confirming_pipe(redis: aioredis.Redis, settings: Settings) -> AutoPipeline |
     return AutoPipeline(redis, settings.wire, group=settings.group_steps, confirm=confirm)
 
 
-async def check_durability(redis: aioredis.Redis, settings: Settings) -> None:
+async def check_durability(redis: RedisClient, settings: Settings) -> None:
     """`DurabilityError` when Redis cannot give what ``write_durability`` asks, or this
-    worker's Redis user may not check it: an executor must not start then.  On a cluster the
-    check reads the node ``REDIS_URL`` names."""
+    worker's Redis user may not check it: an executor must not start then.  On a cluster
+    every master must fsync every write."""
     mode = settings.write_durability
     if mode == "replica":
         try:
@@ -47,19 +47,23 @@ async def check_durability(redis: aioredis.Redis, settings: Settings) -> None:
     if mode != "fsync":
         return
     try:
-        found = await redis.config_get("append*")
+        if isinstance(redis, ClusterClient):
+            found = await redis.config_get("append*", target_nodes=ClusterClient.PRIMARIES)
+        else:
+            found = {"Redis": await redis.config_get("append*")}
     except NoPermissionError:
         raise DurabilityError(
             _grant(mode, "+config|get", "read appendonly and appendfsync (CONFIG GET)")
         ) from None
-    values = {_text(k): _text(v) for k, v in found.items()}
-    appendonly, appendfsync = values.get("appendonly"), values.get("appendfsync")
-    if (appendonly, appendfsync) != ("yes", "always"):
-        raise DurabilityError(
-            f"CALLGATE_WRITE_DURABILITY=fsync needs Redis to fsync every write, and it runs "
-            f"appendonly {appendonly}, appendfsync {appendfsync}: set appendonly yes and "
-            "appendfsync always (redis.conf), or use replica"
-        )
+    for server, config in found.items():
+        values = {_text(k): _text(v) for k, v in config.items()}
+        appendonly, appendfsync = values.get("appendonly"), values.get("appendfsync")
+        if (appendonly, appendfsync) != ("yes", "always"):
+            raise DurabilityError(
+                f"CALLGATE_WRITE_DURABILITY=fsync needs Redis to fsync every write, and "
+                f"{server} runs appendonly {appendonly}, appendfsync {appendfsync}: set "
+                "appendonly yes and appendfsync always (redis.conf), or use replica"
+            )
 
 
 def _grant(mode: str, permission: str, what: str) -> str:

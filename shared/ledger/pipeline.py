@@ -12,9 +12,9 @@ history, the Lua step); any other is a programming error, refused at once.  They
 connection of their own, written and parsed with hiredis directly (`callgate.ledger.wire`):
 the redis-py pipeline machinery around each command costs more CPU than Redis spends
 answering it.  With ``CALLGATE_WIRE=redis-py``, or a client that is not plain TCP to one
-fixed address (TLS, a Unix socket, a master found through Sentinel), every flush takes
-redis-py's pipeline instead; replies are the same either way, and which transport runs is
-logged once.
+fixed address (TLS, a Unix socket, a master found through Sentinel, a cluster), every flush
+takes redis-py's pipeline instead (on a cluster, one per slot's master); replies are the same
+either way, and a worker's ``serving`` line names the transport.
 
 What does not change: each command is still a separate command (no MULTI around a batch),
 except that the flush's ledger steps go as one script call per slot (group commit,
@@ -39,8 +39,8 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any, Literal, TypeVar
 
-import redis.asyncio as aioredis
-
+from callgate.connect import ClusterClient, RedisClient, served_elsewhere
+from callgate.keys import slot_of
 from callgate.ledger.group import merge_steps
 from callgate.ledger.wire import WIRE_COMMANDS, Replies, Wire, WireAddress, wire_address
 
@@ -52,6 +52,10 @@ Command = tuple[Any, ...]
 ledger step, which goes with the flush's other steps in one script call (`merge_steps`)."""
 
 Batch = list[tuple[Sequence[Command], Replies]]
+REDIRECT_TRIES = 8
+REDIRECT_PAUSE_S = 0.1
+"""A request redirected on a cluster is sent again after 0.1 s, 0.2 s, … (about 3 s in all):
+longer than a slot's keys take to move, or a replica to be promoted."""
 Confirm = tuple[int, int]
 """``(replicas, timeout_ms)`` of the ``WAIT`` a confirming pipeline ends each flush with."""
 T = TypeVar("T")
@@ -62,7 +66,7 @@ class AutoPipeline:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         transport: Transport = "hiredis",
         *,
         group: bool = True,
@@ -74,10 +78,10 @@ class AutoPipeline:
         self._address: WireAddress | None = None
         if transport == "hiredis":
             self._address = wire_address(redis)
-            if self._address is None:
-                log.info(
-                    "ledger commands use redis-py: the connection is TLS, a Unix socket "
-                    "or a master found through Sentinel"
+            if self._address is None:  # and a worker's "serving" line names the transport
+                log.debug(
+                    "ledger commands use redis-py: the connection is TLS, a Unix socket, "
+                    "a master found through Sentinel or a cluster"
                 )
         self.transport: Transport = "hiredis" if self._address is not None else "redis-py"
         self._wire: Wire | None = None
@@ -122,10 +126,11 @@ class AutoPipeline:
         queued, self._queue = self._queue, []
         if not queued:
             return
-        if self._confirm is None:
-            batch = merge_steps(queued, group=self._group)
-        else:
-            batch = _then_wait(queued, self._confirm, self._group)
+        if isinstance(self._redis, ClusterClient):
+            for slot, requests in _by_slot(queued).items():
+                self._spawn(self._answered(requests, slot))
+            return
+        batch = self._merged(queued)
         if self._address is not None:
             wire = self._wire
             if wire is not None and wire.usable():
@@ -135,6 +140,11 @@ class AutoPipeline:
             self._spawn(self._send_after_connecting(batch))
             return
         self._spawn(self._execute(batch))
+
+    def _merged(self, queued: Batch) -> Batch:
+        if self._confirm is None:
+            return merge_steps(queued, group=self._group)
+        return _then_wait(queued, self._confirm, self._group)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -167,20 +177,47 @@ class AutoPipeline:
         self._wire = wire  # before any waiter resumes: a flush in between finds it
         return wire
 
-    async def _execute(self, batch: Batch) -> None:
-        replies = await _or_fail(batch, self._pipelined(batch))
-        if replies is None:
-            return
-        self.flushes += 1
-        start = 0
-        for commands, future in batch:
-            end = start + len(commands)
-            if not future.done():  # else its caller was cancelled meanwhile
-                future.set_result(replies[start:end])
-            start = end
+    async def _answered(self, requests: Batch, slot: int) -> None:
+        """`_execute` one slot's requests; a request it left unanswered, whatever stopped it,
+        fails rather than leave its caller waiting for ever (and holding its message)."""
+        try:
+            await self._execute(self._merged(requests), slot)
+        finally:
+            if not all(future.done() for _, future in requests):
+                log.error("a flush ended without answering every request; they fail")
+                _fail(requests, ConnectionError("the flush ended without answering"))
 
-    async def _pipelined(self, batch: Batch) -> list[Any]:
-        async with self._redis.pipeline(transaction=False) as pipe:
+    async def _execute(self, batch: Batch, slot: int | None = None) -> None:
+        """Send ``batch`` and answer each request.  On a cluster, a request a node did not run
+        because its slot is served elsewhere (moved, half-moved, its master failing over) is
+        sent again once the slot map is relearnt, up to `REDIRECT_TRIES` times; a confirming
+        pipeline's is not (its WAIT must follow its own writes), and gets the error."""
+        for attempt in range(REDIRECT_TRIES):
+            replies = await _or_fail(batch, self._pipelined(batch, slot))
+            if replies is None:
+                return
+            self.flushes += 1
+            again = slot is not None and self._confirm is None and attempt + 1 < REDIRECT_TRIES
+            batch = _answer(batch, replies, keep_elsewhere=again)
+            if not batch or await _or_fail(batch, self._relearn(attempt)) is None:
+                return
+
+    async def _relearn(self, attempt: int) -> bool:
+        """Relearn the cluster's slot map (which fails while it has no master for a slot: the
+        requests waiting to be sent again then fail with that error), then pause."""
+        assert isinstance(self._redis, ClusterClient)
+        await self._redis.nodes_manager.initialize()
+        await asyncio.sleep(REDIRECT_PAUSE_S * (attempt + 1))
+        return True
+
+    async def _pipelined(self, batch: Batch, slot: int | None) -> list[Any]:
+        """One pipeline of ``batch``; on a cluster, to the master of ``slot`` on one connection
+        (a cluster client's pipeline takes no script call, and ``WAIT`` counts the writes of
+        the connection it is sent on)."""
+        client = self._redis
+        if isinstance(client, ClusterClient):
+            client = await client.master_of(slot or 0)
+        async with client.pipeline(transaction=False) as pipe:
             for commands, _ in batch:
                 for method, *args in commands:
                     getattr(pipe, method)(*args)
@@ -209,6 +246,39 @@ def _fail(batch: Batch, exc: BaseException) -> None:
     for _, future in batch:
         if not future.done():
             future.set_exception(exc)
+
+
+def _answer(batch: Batch, replies: list[Any], *, keep_elsewhere: bool) -> Batch:
+    """Give each request of ``batch`` its replies; those to send again (a reply
+    `served_elsewhere`, when ``keep_elsewhere``) come back instead."""
+    again: Batch = []
+    start = 0
+    for commands, future in batch:
+        end = start + len(commands)
+        mine, start = replies[start:end], end
+        if keep_elsewhere and any(served_elsewhere(reply) for reply in mine):
+            again.append((commands, future))
+        elif not future.done():  # else its caller was cancelled meanwhile
+            future.set_result(mine)
+    return again
+
+
+def _by_slot(queued: Batch) -> dict[int, Batch]:
+    """The requests of a flush by the slot of their first key (a request is one run's, and
+    every key of a run is in its partition's slot)."""
+    grouped: dict[int, Batch] = {}
+    for request in queued:
+        commands = request[0]  # none (a read of no records): answered with no replies
+        slot = slot_of(_first_key(commands[0])) if commands else 0
+        grouped.setdefault(slot, []).append(request)
+    return grouped
+
+
+def _first_key(command: Command) -> str:
+    method, *args = command
+    if method == "apply":
+        return str(args[0].keys[0])
+    return str(args[2] if method == "evalsha" else args[0])
 
 
 def _then_wait(queued: Batch, confirm: Confirm, group: bool) -> Batch:

@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import orjson
-import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from callgate.config import Settings
+from callgate.connect import RedisClient, slot_client
 from callgate.decisions.record import ApprovalRecord
 from callgate.errors import NotFoundError, RedisUnavailableError, TxRejectedError
 from callgate.facts import DecideFacts, DecideRunFacts, ExecFacts, ProposedCall
@@ -52,7 +52,7 @@ def _text(value: bytes | str) -> str:
 class Reads(LedgerBase):
     """Applies steps and reads records over redis.asyncio (the named steps build on it)."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, settings: Settings) -> None:
         super().__init__(keys, settings)
         self.redis = redis
         self.pipe = AutoPipeline(redis, settings.wire, group=settings.group_steps)
@@ -343,7 +343,7 @@ class Reads(LedgerBase):
         alive = await self._reads([("exists", record_of(m)) for m in members])
         gone = [m for m, n in zip(members, alive, strict=True) if not n]
         if gone:
-            tx = self.redis.pipeline(transaction=True)
+            tx = (await slot_client(self.redis, index)).pipeline(transaction=True)
             tx.zrem(index, *gone)
             for member in gone:
                 if (copy := tenant_copy(member)) is not None:

@@ -29,6 +29,8 @@ import redis.asyncio as aioredis
 from redis import exceptions
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from callgate.connect import RedisClient
+
 _ERROR_CLASSES: dict[str, type[exceptions.RedisError]] = {
     "NOSCRIPT": exceptions.NoScriptError,
     "READONLY": exceptions.ReadOnlyError,
@@ -78,9 +80,11 @@ class WireAddress:
     password: str | None
 
 
-def wire_address(redis: aioredis.Redis) -> WireAddress | None:
+def wire_address(redis: RedisClient) -> WireAddress | None:
     """Where ``redis`` connects, if it is plain TCP to one fixed address speaking RESP2 with
-    bytes replies."""
+    bytes replies: not a cluster, whose commands go to the master of each key's slot."""
+    if not isinstance(redis, aioredis.Redis):
+        return None
     pool = redis.connection_pool
     kwargs = pool.connection_kwargs
     if pool.connection_class is not aioredis.Connection:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -24,7 +23,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import Route
 
 from callgate.config import Settings
-from callgate.connect import redis_client
+from callgate.connect import RedisClient, redis_client
 from callgate.keys import Keys
 from callgate.metrics.gather import RUNS_MAX, Snapshot, snapshot
 from callgate.webhooks.events import WAIT_BUCKETS_S
@@ -150,7 +149,7 @@ class MetricsApp:
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.partitions)
         self.runs_max = runs_max
-        self._redis: aioredis.Redis | None = None
+        self._redis: RedisClient | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

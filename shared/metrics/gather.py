@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-
+from callgate.connect import RedisClient
 from callgate.keys import STREAM_KINDS, Keys
 from callgate.streams.commands import text
 
@@ -52,7 +51,7 @@ class Snapshot:
     dead_letters: dict[int, int] = field(default_factory=dict)
 
 
-async def snapshot(redis: aioredis.Redis, keys: Keys, runs_max: int = RUNS_MAX) -> Snapshot:
+async def snapshot(redis: RedisClient, keys: Keys, runs_max: int = RUNS_MAX) -> Snapshot:
     """Everything one scrape exports, read now."""
     snap = Snapshot()
     parts = range(keys.partitions)
@@ -77,7 +76,7 @@ async def snapshot(redis: aioredis.Redis, keys: Keys, runs_max: int = RUNS_MAX) 
     return snap
 
 
-async def _statuses(redis: aioredis.Redis, keys: Keys, run_ids: list[str]) -> Counter[str]:
+async def _statuses(redis: RedisClient, keys: Keys, run_ids: list[str]) -> Counter[str]:
     if not run_ids:
         return Counter()
     pipe = redis.pipeline(transaction=False)
@@ -86,7 +85,7 @@ async def _statuses(redis: aioredis.Redis, keys: Keys, run_ids: list[str]) -> Co
     return Counter(text(s) for s in await pipe.execute() if s is not None)
 
 
-async def _groups(redis: aioredis.Redis, keys: Keys) -> list[GroupRow]:
+async def _groups(redis: RedisClient, keys: Keys) -> list[GroupRow]:
     where = [(kind, p) for kind in WATCHED_STREAMS for p in range(keys.partitions)]
     pipe = redis.pipeline(transaction=False)
     for kind, p in where:

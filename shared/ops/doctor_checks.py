@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 from callgate.config import Settings
+from callgate.connect import RedisClient, cluster_address, redis_client, sentinel_address
 from callgate.keys import Keys
 from callgate.ledger.reads import Reads
 from callgate.logs import mask_url_password
@@ -77,16 +78,25 @@ PROBES: dict[str, tuple[Probe, ...]] = {
 """What README's Security table says of each login, as harmless commands."""
 
 
-def client_of(url: str) -> aioredis.Redis:
+def client_of(url: str) -> RedisClient:
+    """A client of ``url`` (a node, a Sentinel master or a cluster), quick to give up."""
+    if cluster_address(url) is not None or sentinel_address(url) is not None:
+        return redis_client(url)
     client: aioredis.Redis = aioredis.Redis.from_url(
         url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
     )
     return client
 
 
-async def _allowed(client: aioredis.Redis, command: tuple[str, ...]) -> bool:
+def _login_of(url: str) -> str | None:
+    """The user ``url`` logs in as (None: the default user)."""
+    address = cluster_address(url) or sentinel_address(url)
+    return address.username if address is not None else urlsplit(url).username
+
+
+async def _allowed(client: RedisClient, command: tuple[str, ...]) -> bool:
     try:
-        await client.execute_command(*command)  # type: ignore[no-untyped-call]
+        await client.execute_command(*command)
     except NoPermissionError:
         return False
     return True
@@ -94,7 +104,7 @@ async def _allowed(client: aioredis.Redis, command: tuple[str, ...]) -> bool:
 
 async def check_login(url: str, keys: Keys) -> Check:
     """Whether ``url``'s user logs in and its ACL does what the Security table says."""
-    user = urlsplit(url).username or "default"
+    user = _login_of(url) or "default"
     shown = mask_url_password(url)
     client = client_of(url)
     try:
@@ -117,7 +127,11 @@ async def check_login(url: str, keys: Keys) -> Check:
 
 
 async def check_no_anonymous(url: str) -> Check:
-    """Whether Redis refuses a client that names no user (the default user is off)."""
+    """Whether Redis refuses a client that names no user (the default user is off); on a
+    cluster, its first node."""
+    cluster = cluster_address(url)
+    if cluster is not None:
+        url = "redis://{}:{}".format(*cluster.nodes[0])
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"
     netloc = f"[{host}]" if ":" in host else host
@@ -136,7 +150,7 @@ async def check_no_anonymous(url: str) -> Check:
     )
 
 
-async def _live_consumers(client: aioredis.Redis, keys: Keys, group: str) -> int:
+async def _live_consumers(client: RedisClient, keys: Keys, group: str) -> int:
     """How many processes of ``group`` said they were alive within `LIVE_IDLE_MS`."""
     since_ms = time.time() * 1000 - LIVE_IDLE_MS
     return len(await client.zrangebyscore(keys.consumers(group), since_ms, "+inf"))

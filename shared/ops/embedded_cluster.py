@@ -19,6 +19,7 @@ from pathlib import Path
 
 import redis
 
+from callgate.keys import slot_of
 from callgate.ops.embedded_redis import EmbeddedRedis, find_redis_server, port_free
 
 NODE_TIMEOUT_MS = 1000
@@ -53,6 +54,11 @@ class EmbeddedCluster:
     def url(self) -> str:
         """A URL naming one live node: a cluster client finds the rest from it."""
         return self.live()[0].url
+
+    @property
+    def cluster_url(self) -> str:
+        """The cluster's ``redis+cluster://`` URL, naming every node (`callgate.connect`)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def start(self, timeout_s: float = 30.0) -> EmbeddedCluster:
         try:
@@ -108,6 +114,65 @@ class EmbeddedCluster:
                         return next(n for n in self.nodes if n.port == port)
         raise RuntimeError(f"no live node serves slot {slot}")
 
+    def wait_for_failover(self, old: EmbeddedRedis, timeout_s: float = 20.0) -> EmbeddedRedis:
+        """The replica promoted in place of the dead master ``old``, once the cluster is ok
+        again (every slot served)."""
+        slots = [s for s in range(0, 16384, 64) if self.master_of_slot(s).port == old.port]
+        if old.process is not None and old.process.poll() is None:
+            raise RuntimeError(f"the master :{old.port} is still alive")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.wait_until_ok(max(0.1, deadline - time.monotonic()), replicated=False)
+                promoted = self.master_of_slot(slots[0]) if slots else old
+            except RuntimeError:
+                promoted = old
+            if promoted.port != old.port:
+                return promoted
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no replica was promoted in place of :{old.port}")
+            time.sleep(0.1)
+
+    def move_slot(
+        self, slot: int, to: EmbeddedRedis, *, batch: int = 10, pause_s: float = 0.0
+    ) -> int:
+        """Reshard ``slot`` onto the master ``to`` while clients use it, as ``redis-cli
+        --cluster reshard`` does: mark it importing and migrating, MIGRATE its keys ``batch`` at
+        a time (``pause_s`` apart, so clients meet a half-moved slot: ASK, TRYAGAIN), then
+        give it to ``to`` on every master (MOVED for those who ask the old one).  How many
+        keys moved."""
+        source = self.master_of_slot(slot)
+        moved, source_id, to_id = 0, _node_id(source), _node_id(to)
+        with (
+            redis.Redis.from_url(source.url, socket_timeout=5) as old,
+            redis.Redis.from_url(to.url, socket_timeout=5) as new,
+        ):
+            new.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+            old.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", to_id)
+            while keys := old.execute_command("CLUSTER GETKEYSINSLOT", slot, batch):
+                old.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                time.sleep(pause_s)
+            for node in self.live():
+                if self.role_of(node) == "master":
+                    with redis.Redis.from_url(node.url, socket_timeout=5) as master:
+                        master.execute_command("CLUSTER SETSLOT", slot, "NODE", to_id)
+        return moved
+
+    def spread(self, partitions: int, timeout_s: float = 30.0) -> list[int]:
+        """Give the slots of partitions ``0..partitions-1`` to the masters in turn (while
+        empty, nothing migrates): ``redis-cli --cluster create`` splits the slots evenly, and
+        the tags ``{p0}``, ``{p1}``, ``{p2}`` fall on two of three masters.  The port serving
+        each partition, in order."""
+        masters = [n for n in self.live() if self.role_of(n) == "master"]
+        slots = [slot_of(f"{{p{p}}}") for p in range(partitions)]
+        for index, slot in enumerate(slots):
+            target = masters[index % len(masters)]
+            if self.master_of_slot(slot).port != target.port:
+                self.move_slot(slot, target)
+        self.wait_until_ok(timeout_s)
+        return [self.master_of_slot(slot).port for slot in slots]
+
     def stop(self) -> None:
         for node in self.nodes:
             node.__exit__()
@@ -130,6 +195,11 @@ def _cluster_conf(directory: Path) -> Path:
         "repl-diskless-sync-delay 0\n"
     )
     return path
+
+
+def _node_id(node: EmbeddedRedis) -> str:
+    with redis.Redis.from_url(node.url, socket_timeout=2) as client:
+        return str(client.execute_command("CLUSTER MYID").decode())
 
 
 def _replicated(node: EmbeddedRedis) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlencode
 
-from callgate.connect import sentinel_address
+from callgate.connect import cluster_address, sentinel_address
 
 INSTALL_REDIS = (
     "no redis-server found: install one (apt-get install redis-server / brew install redis), "
@@ -65,14 +65,26 @@ def port_free(port: int) -> bool:
 
 
 def redis_answers(url: str, timeout_s: float = 0.5) -> bool:
-    """True if a Redis server answers PING at ``url`` (the master, for a Sentinel URL)."""
+    """True if a Redis server answers PING at ``url`` (the master, for a Sentinel URL; the
+    first node, for a Cluster URL)."""
     import redis
     from redis.sentinel import Sentinel
 
     timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     try:
         address = sentinel_address(url)
-        if address is None:
+        cluster = cluster_address(url)
+        if cluster is not None:
+            (host, port), login = cluster.nodes[0], (cluster.username, cluster.password)
+            client = redis.Redis(
+                host,
+                port,
+                username=login[0],
+                password=login[1],
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+        elif address is None:
             client = redis.Redis.from_url(url, **timeouts)
         else:
             manager = Sentinel(address.sentinels, **timeouts)  # type: ignore[no-untyped-call]

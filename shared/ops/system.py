@@ -140,10 +140,12 @@ class LocalSystem:
 
     @property
     def settings(self) -> Settings:
-        """The settings the children read (Redis URL and key prefix are what matter here)."""
+        """The settings the children read (Redis URL, key prefix and partitions are what matter
+        here)."""
         return Settings(
             redis_url=self.env["REDIS_URL"],
             key_prefix=self.env["CALLGATE_KEY_PREFIX"],
+            partitions=int(self.env.get("CALLGATE_PARTITIONS", "1")),
             tool_modules=tuple(self.env["CALLGATE_TOOL_MODULES"].split(",")),
             home=Path(self.env["CALLGATE_HOME"]),
             trust_file=Path(self.env["CALLGATE_TRUST_FILE"]),

@@ -14,7 +14,6 @@ import logging
 import re
 from typing import Any, assert_never
 
-import redis.asyncio as aioredis
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp
@@ -23,7 +22,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.auth.deployment import signer_of
 from callgate.config import Settings
-from callgate.connect import redis_client
+from callgate.connect import RedisClient, redis_client
 from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.slack import messages
@@ -45,7 +44,7 @@ class SlackBot:
     """Everything one bot process runs; `start` serves, `stop` is safe to call twice."""
 
     def __init__(
-        self, settings: Settings, slack: SlackSettings, redis: aioredis.Redis | None = None
+        self, settings: Settings, slack: SlackSettings, redis: RedisClient | None = None
     ) -> None:
         slack.check()
         self.settings = settings

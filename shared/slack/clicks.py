@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.auth.tokens import Signer, sign_decision
+from callgate.connect import RedisClient
 from callgate.decisions.claims import approval_claims
 from callgate.decisions.record import shown_state
 from callgate.envelopes import SignedDecision, new_id
@@ -97,7 +97,7 @@ class ClickHandler:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         keys: Keys,
         approvers: Mapping[str, Approver],
         signer: Signer,

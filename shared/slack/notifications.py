@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
-
 from callgate.config import Settings
+from callgate.connect import RedisClient
 from callgate.envelopes import CARRIED_ON, ApprovalRequested, Envelope, OutcomeUnknown
 from callgate.errors import EnvelopeError
 from callgate.keys import Keys
@@ -28,7 +27,7 @@ Post = Callable[[Notification], Awaitable[None]]
 
 
 def notification_worker(
-    redis: aioredis.Redis,
+    redis: RedisClient,
     settings: Settings,
     post: Post,
     *,

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
 
+from callgate.connect import RedisClient
 from callgate.keys import Keys
 from callgate.records import CallRecord
 
@@ -48,15 +48,13 @@ class MalformedRecordError(ValueError):
 
 
 async def load_approval(
-    redis: aioredis.Redis, keys: Keys, run_id: str, approval_id: str
+    redis: RedisClient, keys: Keys, run_id: str, approval_id: str
 ) -> ApprovalView | None:
     """The record, or None when there is none (never written, or expired out of Redis)."""
     return await _load(redis, keys.approval(run_id, approval_id), _approval_view)
 
 
-async def load_call(
-    redis: aioredis.Redis, keys: Keys, run_id: str, call_id: str
-) -> CallRecord | None:
+async def load_call(redis: RedisClient, keys: Keys, run_id: str, call_id: str) -> CallRecord | None:
     """The call record, or None when there is none."""
     return await _load(redis, keys.call(run_id, call_id), CallRecord.from_hash)
 
@@ -70,7 +68,7 @@ def _approval_view(raw: dict[Any, Any]) -> ApprovalView:
     )
 
 
-async def _load(redis: aioredis.Redis, key: str, parse: Callable[[dict[Any, Any]], R]) -> R | None:
+async def _load(redis: RedisClient, key: str, parse: Callable[[dict[Any, Any]], R]) -> R | None:
     raw: dict[Any, Any] = await redis.hgetall(key)  # type: ignore[misc]
     if not raw:
         return None

@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from callgate.auth.tokens import Signer, sign_decision
+from callgate.connect import RedisClient
 from callgate.decisions.claims import ResolveOutcome, resolve_claims
 from callgate.decisions.desk import last_event_id, wait_outcome
 from callgate.envelopes import SignedDecision, new_id
@@ -99,7 +99,7 @@ class ResolveHandler:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         keys: Keys,
         people: Mapping[str, Approver],
         signer: Signer,

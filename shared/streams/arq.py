@@ -34,6 +34,7 @@ from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecErro
 from callgate.jobs import job_deserializer, job_serializer, redis_settings
 from callgate.keys import Keys
 from callgate.logs import log_fields
+from callgate.streams.arq_cluster import health_check_key, on_cluster, queue_pool
 from callgate.streams.arq_lease import LeasedWorker
 from callgate.streams.commands import REDIS_ERRORS, backoff_s
 from callgate.streams.service import Runtime, build_runtime, consumer_name, open_tool_sources
@@ -122,7 +123,7 @@ def create_worker(
         # would add a job nobody queued.
         cron_jobs=[] if burst else list(queue.cron_jobs),
         queue_name=queue.name,
-        redis_settings=redis_settings(settings),
+        **_connection(settings, queue.name),
         burst=burst,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
@@ -136,6 +137,17 @@ def create_worker(
         # arq's default hour, but never longer than the run itself is kept (retention).
         keep_result=min(3600, settings.retention_s),
     )
+
+
+def _connection(settings: Settings, queue: str) -> dict[str, Any]:
+    """Where the worker's arq client connects: arq's own from `redis_settings`, or on a cluster
+    the master of the queue's slot (`callgate.streams.arq_cluster`)."""
+    if not on_cluster(settings):
+        return {"redis_settings": redis_settings(settings)}
+    pool = queue_pool(
+        settings, queue, job_serializer=job_serializer, job_deserializer=job_deserializer
+    )
+    return {"redis_pool": pool, "health_check_key": health_check_key(settings, queue)}
 
 
 async def serve(

@@ -21,15 +21,17 @@ from collections import defaultdict
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
+from callgate.connect import RedisClient, script
 from callgate.envelopes import EnvelopeBase, encode
 from callgate.logs import log_fields
 
 log = logging.getLogger("callgate.streams")
 
-REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError)
-"""Redis did not answer (or answered an error): log, back off and try again, never exit."""
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, OSError, RedisClusterException)
+"""Redis did not answer (or answered an error; or a cluster has no master for a slot yet):
+log, back off and try again, never exit."""
 
 _DEAD_LETTER_LUA = """
 local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
@@ -59,14 +61,14 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def post(redis: aioredis.Redis, stream: str, message: EnvelopeBase) -> str:
+async def post(redis: RedisClient, stream: str, message: EnvelopeBase) -> str:
     """Append one envelope to ``stream`` on its own, not as part of a ledger step: what a
     person's decision or a scheduled expiry is (its reader applies it in a guarded step)."""
     entry_id = await redis.xadd(stream, {"d": encode(message)})
     return text(entry_id)
 
 
-async def ensure_groups(redis: aioredis.Redis, group: str, streams: list[str]) -> None:
+async def ensure_groups(redis: RedisClient, group: str, streams: list[str]) -> None:
     """Create ``group`` on every stream from "0", so nothing enqueued earlier is lost."""
     for stream in streams:
         try:
@@ -77,7 +79,7 @@ async def ensure_groups(redis: aioredis.Redis, group: str, streams: list[str]) -
 
 
 async def delivery_counts(
-    redis: aioredis.Redis, stream: str, group: str, consumer: str, ids: list[str]
+    redis: RedisClient, stream: str, group: str, consumer: str, ids: list[str]
 ) -> dict[str, int]:
     """XPENDING's delivery count of each id (one pipelined round trip)."""
     if not ids:
@@ -92,7 +94,7 @@ async def delivery_counts(
     return counts
 
 
-async def nothing_pending(redis: aioredis.Redis, group: str, streams: list[str]) -> bool:
+async def nothing_pending(redis: RedisClient, group: str, streams: list[str]) -> bool:
     """True if no stream has a pending (delivered, unacked) message in ``group``."""
     pipe = redis.pipeline(transaction=False)
     for stream in streams:
@@ -105,7 +107,7 @@ def _stream_id(value: bytes | str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-async def trim_settled(redis: aioredis.Redis, stream: str) -> int:
+async def trim_settled(redis: RedisClient, stream: str) -> int:
     """Drop the entries of ``stream`` that every consumer group has settled; how many went.
 
     The bound is, per group, its oldest pending entry, or its last delivered one when nothing
@@ -141,7 +143,7 @@ class Acker:
     messages that finished close together; when idle it adds no latency.
     """
 
-    def __init__(self, redis: aioredis.Redis, group: str) -> None:
+    def __init__(self, redis: RedisClient, group: str) -> None:
         self._redis = redis
         self._group = group
         self._pending: dict[str, list[tuple[str, asyncio.Future[None]]]] = defaultdict(list)
@@ -209,10 +211,10 @@ class Acker:
 class Scripts:
     """The two Lua steps, registered once per client (redis-py reloads them after NOSCRIPT)."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
-        self._dead = redis.register_script(_DEAD_LETTER_LUA)
-        self._heartbeat = redis.register_script(_HEARTBEAT_LUA)
+        self._dead = script(redis, _DEAD_LETTER_LUA)
+        self._heartbeat = script(redis, _HEARTBEAT_LUA)
 
     async def dead_letter(
         self,
@@ -248,13 +250,18 @@ class Scripts:
     async def heartbeat(
         self, group: str, consumer: str, in_flight: dict[str, list[str]]
     ) -> dict[str, list[str]]:
-        """Refresh every owned in-flight id; return, per stream, the ids this consumer lost."""
-        pipe = self._redis.pipeline(transaction=False)
+        """Refresh every owned in-flight id; return, per stream, the ids this consumer lost.
+        One pipeline, or on a cluster (whose pipelines take no script call) one call each."""
         streams = [s for s, ids in in_flight.items() if ids]
-        for stream in streams:
-            args = [group, consumer, *in_flight[stream]]
-            await self._heartbeat(keys=[stream], args=args, client=pipe)
-        results = await pipe.execute()
+        calls = [(stream, [group, consumer, *in_flight[stream]]) for stream in streams]
+        if isinstance(self._redis, aioredis.Redis):
+            pipe = self._redis.pipeline(transaction=False)
+            for stream, args in calls:
+                await self._heartbeat(keys=[stream], args=args, client=pipe)
+            results = await pipe.execute()
+        else:
+            beats = (self._heartbeat(keys=[stream], args=args) for stream, args in calls)
+            results = await asyncio.gather(*beats)
         lost: dict[str, list[str]] = {}
         for stream, ids in zip(streams, results, strict=True):
             if ids:

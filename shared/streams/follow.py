@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
-
+from callgate.connect import RedisClient, slot_client
 from callgate.keys import Keys
 from callgate.records import Event, entry_events
 from callgate.streams.commands import text as _text
@@ -69,7 +68,7 @@ class Progress:
 class Follower:
     """The reads and writes of following partitions' event logs."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, retention_s: int) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, retention_s: int) -> None:
         self.redis = redis
         self.keys = keys
         self.retention_s = retention_s
@@ -175,7 +174,7 @@ class Follower:
     async def commit(self, partition: int, progress: Progress) -> None:
         """Cursors, counters, request times and who leaves the watch, in one MULTI."""
         k = self.keys
-        pipe = self.redis.pipeline(transaction=True)
+        pipe = (await slot_client(self.redis, k.tag(partition))).pipeline(transaction=True)
         for run_id, cursor in progress.cursors.items():
             pipe.set(k.webhook_cursor(run_id), str(cursor), ex=self.retention_s)
         for name, amount in progress.counts.items():

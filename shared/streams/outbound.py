@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, cast
 
-import redis.asyncio as aioredis
-
+from callgate.connect import RedisClient
 from callgate.keys import Keys
 
 STREAM = "webhooks"
@@ -30,7 +29,7 @@ which dedups the same way meanwhile; short enough that a busy deployment's marke
 
 
 class Outbound:
-    def __init__(self, redis: aioredis.Redis, keys: Keys, retention_s: int, dead_cap: int) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, retention_s: int, dead_cap: int) -> None:
         self.redis = redis
         self.keys = keys
         self.retention_s = retention_s

@@ -23,32 +23,35 @@ from redis.asyncio import Redis
 
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.connect import RedisClient, slot_client
 from callgate.errors import RedisUnavailableError
 from callgate.jobs import QUEUE_SKEW_MS, job_serializer, queue_name
 from callgate.ledger.durable import REPLICAS
+from callgate.streams.arq_cluster import cluster_job_id
 
 
 async def enqueue_once(
-    redis: Redis, settings: Settings, function: str, job: BaseModel, job_id: str
+    redis: RedisClient, settings: Settings, function: str, job: BaseModel, job_id: str
 ) -> bool:
     """Write a public job create-only; False if a job under ``job_id`` is queued or running
     already.  The queue entry is (re)scored now either way, which undoes someone else's
     re-score of it and is harmless to a job already running.  Under ``replica`` durability,
     `RedisUnavailableError` when no replica holds it in time: submit again, harmless under
     the same id."""
-    enqueue_ms = now_ms()
+    enqueue_ms, queue = now_ms(), queue_name(settings)
+    arq_id = cluster_job_id(settings, queue, job_id)  # in the queue's slot on a cluster
     value = job_serializer(
         {"t": 1, "f": function, "a": [job.model_dump(exclude_none=True)], "k": {}, "et": enqueue_ms}
     )
     commands: list[tuple[Any, ...]] = [
         ("MULTI",),
-        ("SETNX", job_key_prefix + job_id, value),
-        ("ZADD", queue_name(settings), enqueue_ms, job_id),
+        ("SETNX", job_key_prefix + arq_id, value),
+        ("ZADD", queue, enqueue_ms, arq_id),
         ("EXEC",),
     ]
     if settings.write_durability == "replica":
         commands.append(("WAIT", REPLICAS, settings.durability_wait_ms))
-    replies = await on_one_connection(redis, commands)
+    replies = await on_one_connection(await slot_client(redis, queue), commands)
     for reply in replies[3]:  # EXEC's: an error inside it comes back as a value
         if isinstance(reply, Exception):
             raise reply
@@ -66,7 +69,7 @@ async def on_one_connection(redis: Redis, commands: Sequence[tuple[Any, ...]]) -
     counts the writes of the connection it is sent on, which a pooled client's next command
     need not be."""
     pool = redis.connection_pool
-    connection = await pool.get_connection("MULTI")
+    connection = await pool.get_connection()
     try:
         await connection.send_packed_command(connection.pack_commands(commands))
         return [await connection.read_response() for _ in commands]
@@ -77,7 +80,7 @@ async def on_one_connection(redis: Redis, commands: Sequence[tuple[Any, ...]]) -
         await pool.release(connection)
 
 
-async def put_back_rescored(redis: Redis, settings: Settings, limit: int) -> int:
+async def put_back_rescored(redis: RedisClient, settings: Settings, limit: int) -> int:
     """Score now every public queue entry scored more than `QUEUE_SKEW_MS` ahead (callgate
     never defers a start or reply job that far); how many, at most ``limit``."""
     name, now = queue_name(settings), now_ms()

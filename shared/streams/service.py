@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from callgate import eventloop
 from callgate.auth.deployment import TrustSource
 from callgate.compiled import StaleBuildError, check_build
 from callgate.config import Settings, bad_settings
-from callgate.connect import redis_client
+from callgate.connect import RedisClient, redis_client
 from callgate.envelopes import (
     CARRIED_ON,
     CallEnvelopeBase,
@@ -70,7 +69,7 @@ class Runtime:
 
     name: str
     settings: Settings
-    redis: aioredis.Redis
+    redis: RedisClient
     keys: Keys
     ledger: Ledger
     consumer: str
@@ -236,8 +235,9 @@ async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> 
     if burst:
         return await worker.run_burst()
     install_signal_handlers(worker)
-    durability = runtime.settings.write_durability
-    log.info("serving", extra=log_fields(service=spec.name, streams=streams, durability=durability))
+    durability, wire = runtime.settings.write_durability, runtime.ledger.pipe.transport
+    fields = log_fields(service=spec.name, streams=streams, durability=durability, wire=wire)
+    log.info("serving", extra=fields)
     presence = asyncio.create_task(
         announce(runtime.redis, runtime.keys.consumers(spec.name), runtime.consumer)
     )

@@ -18,11 +18,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Collection, Sequence
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from callgate.clock import now_ms
 from callgate.config import Settings
+from callgate.connect import RedisClient
 from callgate.logs import log_fields
 from callgate.streams.commands import REDIS_ERRORS, Scripts, trim_settled
 
@@ -37,7 +37,7 @@ class Upkeep:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         settings: Settings,
         scripts: Scripts,
         *,
@@ -98,7 +98,7 @@ times as long as gone."""
 PRESENCE_KEPT_S = 3600.0
 
 
-async def announce(redis: aioredis.Redis, key: str, consumer: str) -> None:
+async def announce(redis: RedisClient, key: str, consumer: str) -> None:
     """Until cancelled: ``consumer``'s time (ms) in the sorted set ``key``, every `PRESENCE_S`,
     and entries older than `PRESENCE_KEPT_S` dropped (consumers of processes long gone)."""
     while True:

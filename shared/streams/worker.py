@@ -31,10 +31,10 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from callgate.config import Settings
+from callgate.connect import RedisClient
 from callgate.ledger.wire import BlockingReads, wire_address
 from callgate.logs import log_fields
 from callgate.streams.commands import (
@@ -56,6 +56,7 @@ from callgate.streams.delivery import (
     MessageRunner,
     WorkerStats,
 )
+from callgate.streams.slot_reads import SlotReads
 from callgate.streams.upkeep import Upkeep
 
 __all__ = ["DeadLetter", "Delivery", "Handler", "StreamWorker", "WorkerStats"]
@@ -76,7 +77,7 @@ class StreamWorker:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         settings: Settings,
         *,
         group: str,
@@ -115,6 +116,7 @@ class StreamWorker:
         self._acker: Acker | None = None
         address = wire_address(redis) if settings.wire == "hiredis" else None
         self._blocking = None if address is None else BlockingReads(address)
+        self._reads = SlotReads(redis, group, self.consumer)
         self._cursors: dict[str, str] = {}
         self._next_reclaim = 0.0
         self._rotate = 0
@@ -183,6 +185,7 @@ class StreamWorker:
                 self.stats.ack_round_trips += acker.flushes
                 if self._blocking is not None:
                     self._blocking.close()
+                await self._reads.close()
                 self._serving.set_result(None)
                 self._serving = None
 
@@ -297,13 +300,13 @@ class StreamWorker:
 
     async def _take_slots(self, want: int) -> int:
         """Take up to ``want`` free slots, waiting at most one read block for the first."""
-        if self._free_slots == 0:
+        if self._free_slots <= 0:  # below 0 while a cluster's late read runs over (SlotReads)
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(self._slot_freed.wait(), self._settings.read_block_ms / 1000)
             except TimeoutError:
                 return 0
-        taken = min(want, self._free_slots)
+        taken = max(0, min(want, self._free_slots))  # none while still over
         self._free_slots -= taken
         return taken
 
@@ -322,13 +325,7 @@ class StreamWorker:
                 self._group, self.consumer, chosen, per_stream, block_ms
             )
         else:
-            reply = await self._redis.xreadgroup(
-                self._group,
-                self.consumer,
-                dict.fromkeys(chosen, ">"),
-                count=per_stream,
-                block=block_ms,
-            )
+            reply = await self._reads.read(chosen, per_stream, block_ms)
         started = 0
         for name, entries in reply.items() if isinstance(reply, dict) else reply or []:
             for message_id, fields in entries:

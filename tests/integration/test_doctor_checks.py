@@ -1,7 +1,7 @@
 """`callgate doctor`'s Redis checks against real servers, written as the misconfigurations they
 catch: a login whose ACL lets it do what README's Security table says it cannot (users.acl
 with one rule too many), a Redis that lets anyone in, a wrong password, a worker kind nobody
-serves.  The deployment as shipped passes each."""
+serves.  The deployment as shipped passes each, and the checks read a Redis Cluster too."""
 
 from __future__ import annotations
 
@@ -12,8 +12,16 @@ import pytest
 from redis.asyncio import Redis
 
 from callgate.config import Settings
+from callgate.connect import redis_client
 from callgate.keys import Keys
-from callgate.ops.doctor_checks import check_login, check_no_anonymous, check_workers
+from callgate.ops.doctor_checks import (
+    check_clock,
+    check_login,
+    check_no_anonymous,
+    check_stranded,
+    check_workers,
+)
+from callgate.ops.embedded_cluster import EmbeddedCluster
 from callgate.ops.embedded_redis import EmbeddedRedis
 from callgate.streams.upkeep import announce
 from tests.integration.redis_lockdown import DEPLOY, PREFIX, USERS, locked_redis
@@ -72,3 +80,25 @@ async def test_a_worker_kind_nobody_serves_is_named(settings: Settings) -> None:
         await client.aclose()
     assert lines[1] == (True, "model_turn: 1 live process"), lines
     assert not lines[2][0], "the validator still has none"
+
+
+async def test_on_a_cluster_doctor_logs_in_finds_the_workers_and_reads_every_partition(
+    redis_cluster: EmbeddedCluster,
+) -> None:
+    settings = Settings(redis_url=redis_cluster.cluster_url, key_prefix="dr", partitions=3)
+    keys = Keys("dr", 3)
+    ok, line = await check_login(settings.redis_url, keys)
+    assert ok and "Redis login default at redis+cluster://" in line, line
+    client = redis_client(settings.redis_url)
+    presence = asyncio.create_task(announce(client, keys.consumers("executor"), "executor-1"))
+    try:
+        await asyncio.sleep(0.3)
+        lines = dict((text.split(":")[0], ok) for ok, text in await check_workers(settings))
+        assert lines["executor"] is True and lines["ingress"] is False, lines
+        stranded = await check_stranded(settings)
+        assert stranded == [(True, "no stranded calls (0 live runs)")], stranded
+        ok, line = await check_clock(settings)
+        assert ok, line
+    finally:
+        presence.cancel()
+        await client.aclose()

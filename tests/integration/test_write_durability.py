@@ -230,6 +230,43 @@ async def test_without_a_replica_a_write_is_never_sent_and_goes_out_once_one_is_
     assert delivery.settled
 
 
+async def test_a_write_taken_back_after_its_run_was_cancelled_ends_not_applied_and_never_goes_out(
+    executor: Executor,
+    master: EmbeddedRedis,
+    replica: EmbeddedRedis,
+    booking: ServiceProcess,
+    http: aiohttp.ClientSession,
+) -> None:
+    """A cancel leaves a call in flight to settle truly; if its take is then taken back (no
+    replica), going back to ``allowed`` in a cancelled run would leave it there for good: it
+    ends ``failed`` (not applied, which is the truth), and redelivery sends nothing."""
+    rt = executor.rt
+    message = await _ordered_write(rt, "reserve_unapproved", Effect.WRITE)
+    replica.stop(kill=True)
+    _until(lambda: _info(master).get("connected_slaves") == 0, "replica gone")
+
+    async def cancel_once_taken() -> None:
+        """What a cancel does to a run whose call is executing: the run ends, the call is
+        left to settle (`ControlSteps.cancel_run`)."""
+        while (call := await rt.ledger.get_call(message.run_id, message.call_id)) is None or (
+            call.state != CallState.EXECUTING
+        ):
+            await asyncio.sleep(0.005)
+        await rt.redis.hset(rt.keys.run(message.run_id), "status", RunState.CANCELLED)
+
+    cancelling = asyncio.create_task(cancel_once_taken())
+    with pytest.raises(RedisUnavailableError, match="no replica confirmed"):
+        await executor.handle(message, await _delivery(rt, message, 1))
+    await asyncio.wait_for(cancelling, 1)
+    call = await rt.ledger.get_call(message.run_id, message.call_id)
+    assert call is not None and call.state == CallState.FAILED, call
+
+    replica.start()
+    await asyncio.to_thread(_follow, replica, master)
+    await executor.handle(message, await _delivery(rt, message, 2))
+    assert await _sent(http, booking) == 0
+
+
 async def test_with_a_replica_asleep_the_request_waits_until_it_holds_the_intent(
     executor: Executor,
     master: EmbeddedRedis,

@@ -2,13 +2,15 @@
 
     callgate bench [--scenario latency|throughput|throughput-redis-py|throughput-aof|
                                throughput-replica|throughput-tracing|throughput-webhook-up|
-                               throughput-webhook-down|instructions|executors|scale-out|
-                               recovery|memory|mcp|http …]
-                   [--runs N]
+                               throughput-webhook-down|throughput-cluster|instructions|
+                               executors|scale-out|recovery|memory|mcp|http …]
+                   [--runs N] [--repeats N]
                    [--json] [--smoke]
 
+Without ``--scenario``, every scenario but throughput-cluster (it runs only when named).
 Progress goes to stderr; the table (or the JSON document) to stdout.  Exit code 0 when every
-chosen scenario ran (and, with ``--check``, met its targets), 1 otherwise.
+chosen scenario ran (and, with ``--check``, met its targets), 1 otherwise; 2 for a bad option
+(one line on stderr), such as ``--repeats 0`` or a ``--redis-url`` that is not one server's.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ import orjson
 import redis.asyncio as aioredis
 
 from callgate.compiled import COMPILED, compiled_modules
+from callgate.connect import CLUSTER_SCHEME, SENTINEL_SCHEME
 from callgate.envelopes import new_id
 from callgate.keys import Keys
 from callgate.ops.bench import (
+    cluster,
     executors,
     http_api,
     instructions,
@@ -50,6 +54,7 @@ SCENARIOS = (
     "latency",
     "throughput",
     *VARIANTS,
+    cluster.NAME,
     "instructions",
     "executors",
     "scale-out",
@@ -58,6 +63,9 @@ SCENARIOS = (
     "mcp",
     "http",
 )
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != cluster.NAME)
+"""What runs without ``--scenario``: all but throughput-cluster, which starts a cluster of six
+servers and three deployments a repeat, so it runs only when named."""
 APIS: tuple[str, ...] = get_args(Api)
 
 
@@ -66,6 +74,7 @@ class Options:
     scenarios: tuple[str, ...]
     api: str
     runs: int
+    repeats: int
     rss_runs: int
     exec_calls: int
     recovery_reps: int
@@ -91,8 +100,9 @@ def options(args: argparse.Namespace) -> Options:
     if args.smoke:
         sizes = {k: v if getattr(args, f"{k}_given", False) else SMOKE[k] for k, v in sizes.items()}
     return Options(
-        scenarios=tuple(args.scenario or SCENARIOS),
+        scenarios=tuple(args.scenario or DEFAULT_SCENARIOS),
         api=args.api,
+        repeats=args.repeats,
         redis_url=args.redis_url,
         private_redis=args.private_redis,
         latency_scenario=SMOKE_LATENCY if args.smoke else LATENCY,
@@ -119,11 +129,7 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             summary["latency"] = report.latency_summary(raw)
         if chosen & {"throughput", "memory"}:
             summary.update(await _throughput_memory(opts, redis_url, floor, chosen))
-        for variant in VARIANTS:
-            if variant in chosen:
-                summary[variant] = await variants.measure(
-                    variant, redis_url, opts.api, opts.runs, progress
-                )
+        summary.update(await _variants(opts, redis_url, chosen))
         await asyncio.to_thread(supervisor.stop_all)
         if "instructions" in chosen:
             runs = min(opts.runs, INSTRUCTION_RUNS)
@@ -169,6 +175,21 @@ async def _throughput_memory(
             out["memory"] = await memory.measure(
                 deployment, opts.api, opts.runs, opts.rss_runs, opts.retention_s, progress_to_stderr
             )
+    return out
+
+
+async def _variants(opts: Options, redis_url: str, chosen: set[str]) -> dict[str, Any]:
+    """The throughput scenario under other settings, and on a private cluster."""
+    out: dict[str, Any] = {}
+    for variant in VARIANTS:
+        if variant in chosen:
+            out[variant] = await variants.measure(
+                variant, redis_url, opts.api, opts.runs, progress_to_stderr
+            )
+    if cluster.NAME in chosen:
+        out[cluster.NAME] = await cluster.measure(
+            redis_url, opts.api, opts.runs, opts.repeats, progress_to_stderr
+        )
     return out
 
 
@@ -252,6 +273,8 @@ async def run(args: argparse.Namespace) -> int:
         details = report.breakdowns(summary)
         if details:
             print(f"\n{details}")
+        if cluster.NAME in summary:
+            print(f"\n{cluster.table(summary[cluster.NAME])}")
     return 1 if args.check and not all(t["met"] for t in met.values()) else 0
 
 
@@ -263,6 +286,18 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def _one_server(text: str) -> str:
+    """``--redis-url`` (argparse ``type``): the benchmark's Redis is one server; the URL of a
+    cluster or of sentinels is a usage line and exit 2, not a traceback from redis-py."""
+    scheme = text.partition("://")[0].lower()
+    if scheme in (CLUSTER_SCHEME, SENTINEL_SCHEME):
+        raise argparse.ArgumentTypeError(
+            f"the benchmark runs on one Redis server, not {scheme}:// "
+            f"(--scenario {cluster.NAME} starts a cluster of its own)"
+        )
+    return text
 
 
 class _Given(argparse.Action):
@@ -282,14 +317,43 @@ class _Given(argparse.Action):
 def add_command(subparsers: Any) -> None:
     bench = subparsers.add_parser("bench", help="measure the runtime beside a raw Redis relay")
     bench.add_argument(
-        "--scenario", action="append", choices=SCENARIOS, help="repeatable; default: all"
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help=f"repeatable; default: all but {cluster.NAME}",
     )
+    _add_sizes(bench)
+    bench.add_argument("--api", choices=APIS, default="openai-responses")
+    bench.add_argument(
+        "--redis-url",
+        type=_one_server,
+        help="one server's; default: REDIS_URL if it answers, else a private one",
+    )
+    bench.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="always start a private redis-server for the benchmark",
+    )
+    bench.add_argument("--smoke", action="store_true", help="tiny sizes: checks it all runs")
+    bench.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
+    bench.add_argument("--json", action="store_true", help="print the data as JSON")
+    bench.set_defaults(handler=run)
+
+
+def _add_sizes(bench: argparse.ArgumentParser) -> None:
+    """How much each scenario measures; ``--smoke`` shrinks each but ``--repeats``."""
     bench.add_argument(
         "--runs",
         type=_positive,
         default=200,
         action=_Given,
         help="concurrent runs (throughput, memory)",
+    )
+    bench.add_argument(
+        "--repeats",
+        type=_positive,
+        default=1,
+        help=f"{cluster.NAME}: how many times its legs run, interleaved (median and range)",
     )
     bench.add_argument(
         "--rss-runs",
@@ -313,14 +377,3 @@ def add_command(subparsers: Any) -> None:
         action=_Given,
         help="the memory deployment's CALLGATE_RETENTION_S",
     )
-    bench.add_argument("--api", choices=APIS, default="openai-responses")
-    bench.add_argument("--redis-url", help="default: REDIS_URL if it answers, else a private one")
-    bench.add_argument(
-        "--private-redis",
-        action="store_true",
-        help="always start a private redis-server for the benchmark",
-    )
-    bench.add_argument("--smoke", action="store_true", help="tiny sizes: checks it all runs")
-    bench.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
-    bench.add_argument("--json", action="store_true", help="print the data as JSON")
-    bench.set_defaults(handler=run)

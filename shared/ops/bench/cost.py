@@ -21,6 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from callgate.connect import RedisClient
 from callgate.ops.bench.harness import Deployment, run_spec
 from callgate.ops.stack import Progress
 
@@ -42,7 +43,7 @@ class CommandStats:
     """Redis's own time in each command; a script's includes the commands it ran."""
 
 
-async def commands_so_far(redis: aioredis.Redis) -> CommandStats:
+async def commands_so_far(redis: RedisClient) -> CommandStats:
     """Calls of, and time in, every command since Redis started (or ``CONFIG RESETSTAT``)."""
     stats = await redis.info("commandstats")
     names = {name: name.removeprefix("cmdstat_") for name in stats}
@@ -145,6 +146,7 @@ async def step_costs(
         async def batch() -> None:
             await deployment.run_batch(spec, runs, timeout_s=120.0)
 
+        assert isinstance(deployment.redis, aioredis.Redis), "MONITOR watches one server"
         watch = await watched(deployment.redis, batch)
     calls = runs * calls_per_run
     return {

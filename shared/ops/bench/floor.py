@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 
 from callgate import eventloop
 from callgate.config import Settings
+from callgate.connect import RedisClient, script
 from callgate.envelopes import CallResult, ExecRequest, TurnRequest, ValidateRequest, encode, new_id
 from callgate.facts import (
     DecideFacts,
@@ -121,13 +122,13 @@ def token_fields(payload: bytes, token: str, turn: int, turns: int, fanout: int)
 class Relay:
     """One stand-in process: reads its streams, relays every message to the next hop."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, role: str, count: int) -> None:
+    def __init__(self, redis: RedisClient, keys: Keys, role: str, count: int) -> None:
         self.redis = redis
         self.keys = keys
         self.hops = ROLES[role]
         self.count = count
         self.consumer = f"{role}-{new_id()}"
-        self.script = redis.register_script(_RELAY_LUA)
+        self.script = script(redis, _RELAY_LUA)
         self.payloads = payloads()
         self.answered_ns: dict[str, int] = {}
         self.round_trips: dict[str, list[int]] = {}
@@ -199,7 +200,7 @@ class Relay:
         return orjson.dumps(self.round_trips.pop(token, []))
 
 
-async def create_groups(redis: aioredis.Redis, keys: Keys) -> None:
+async def create_groups(redis: RedisClient, keys: Keys) -> None:
     """The relay's consumer groups, from "0", before any token is sent."""
     for hop in HOPS:
         await redis.xgroup_create(stream(keys, hop), GROUP, id="0", mkstream=True)
@@ -232,7 +233,7 @@ class FloorRelay:
     """The three stand-ins as real processes, and the two floor measurements."""
 
     def __init__(
-        self, supervisor: Supervisor, env: dict[str, str], redis: aioredis.Redis, keys: Keys
+        self, supervisor: Supervisor, env: dict[str, str], redis: RedisClient, keys: Keys
     ) -> None:
         self.supervisor = supervisor
         self.env = env

@@ -18,10 +18,10 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from callgate.client import CallgateClient, settled
+from callgate.connect import RedisClient, cluster_address, sentinel_address
 from callgate.keys import Keys
 from callgate.logs import mask_url_password
 from callgate.ops.bench.provider import MODEL_CPU_DIR_ENV, stand_in_seconds
@@ -47,17 +47,19 @@ NO_WORKERS = {"ingress": 0, "model_turn": 0, "validator": 0, "executor": 0, "rec
 
 @contextlib.contextmanager
 def bench_redis(url: str | None, progress: Progress, *, private: bool = False) -> Iterator[str]:
-    """``url``, else REDIS_URL if it answers, else (or when ``private``) a private
-    redis-server for the duration."""
+    """``url``, else REDIS_URL if it answers and is one server (not a cluster or Sentinel's),
+    else (or when ``private``) a private redis-server for the duration."""
     candidate = url or os.environ.get("REDIS_URL") or default_redis_url()
-    if not private and redis_answers(candidate):
+    one_server = cluster_address(candidate) is None and sentinel_address(candidate) is None
+    if not private and one_server and redis_answers(candidate):
         progress(f"Redis at {mask_url_password(candidate)}")
         yield candidate
         return
     if url is not None:
         raise RuntimeError(f"no Redis answers at {mask_url_password(url)}")
     with EmbeddedRedis() as own:
-        why = "asked for" if private else f"{mask_url_password(candidate)} does not answer"
+        state = "does not answer" if one_server else "is not one server"
+        why = "asked for" if private else f"{mask_url_password(candidate)} {state}"
         progress(f"private Redis ({why}) at {own.url}")
         yield own.url
 
@@ -113,7 +115,7 @@ class Deployment:
             self.system.env.update(OPENAI_API_KEY="bench-local", ANTHROPIC_API_KEY="bench-local")
         self.system.env.update(env or {})
         self.client: CallgateClient | None = None
-        self.redis: aioredis.Redis | None = None
+        self.redis: RedisClient | None = None
 
     async def __aenter__(self) -> Deployment:
         await asyncio.to_thread(self.system.start)
@@ -278,7 +280,7 @@ def process_rss(pid: int) -> int | None:
     return None
 
 
-async def delete_prefix(redis: aioredis.Redis, prefix: str) -> None:
+async def delete_prefix(redis: RedisClient, prefix: str) -> None:
     """Remove everything a benchmark deployment left under its own prefix."""
     async for name in redis.scan_iter(f"{prefix}:*", count=1000):
         await redis.unlink(name)

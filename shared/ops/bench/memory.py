@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio as aioredis
-
+from callgate.connect import RedisClient
 from callgate.ops.bench.harness import Deployment, run_spec
 from callgate.ops.stack import Progress
 
@@ -39,7 +38,7 @@ class Usage:
     own_keys: int
 
 
-async def _usage_of(redis: aioredis.Redis, names: list[bytes]) -> list[int]:
+async def _usage_of(redis: RedisClient, names: list[bytes]) -> list[int]:
     sizes: list[int] = []
     for start in range(0, len(names), SCAN_COUNT):
         async with redis.pipeline(transaction=False) as pipe:

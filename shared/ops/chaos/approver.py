@@ -15,9 +15,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-
 from callgate.auth.tokens import Signer
+from callgate.connect import RedisClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
@@ -41,7 +40,7 @@ class Approver:
     """Polls until `stop`; ``plan`` maps run id → its decision (absent: approve)."""
 
     def __init__(
-        self, redis: aioredis.Redis, ledger: Ledger, plan: Mapping[str, Decision], signer: Signer
+        self, redis: RedisClient, ledger: Ledger, plan: Mapping[str, Decision], signer: Signer
     ) -> None:
         self.redis = redis
         self.ledger = ledger

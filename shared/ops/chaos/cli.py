@@ -2,6 +2,7 @@
 
     callgate chaos --runs 200 --seed 1 [--json]      # random kills, Redis restart, lost answers
     callgate chaos --failover [--durability none]    # …the Redis master SIGKILLed (Sentinel)
+    callgate chaos --cluster [--durability none]     # …a master of a Redis Cluster SIGKILLed
     callgate chaos --crash-points [--json]           # every crash point, every effect kind
 
 Figures go to stdout (text, or JSON with ``--json``); progress to stderr.  Exit code 0 when
@@ -35,6 +36,7 @@ def cmd_chaos(args: argparse.Namespace) -> int:
             booking_drop=args.booking_drop,
             settle_timeout_s=args.timeout,
             failover=args.failover,
+            cluster=args.cluster,
             durability=args.durability,
         )
         progress_to_stderr(f"chaos: {options.runs} runs, seed {options.seed}")
@@ -78,15 +80,26 @@ def add_command(sub: Any) -> None:
         default=defaults.settle_timeout_s,
         help="seconds every run may take to settle after the faults",
     )
+    _add_failover(cmd, defaults)
+    cmd.set_defaults(handler=cmd_chaos)
+
+
+def _add_failover(cmd: Any, defaults: ChaosOptions) -> None:
+    """The options that make the Redis fault a master's death."""
     cmd.add_argument(
         "--failover",
         action="store_true",
         help="Redis under Sentinel (a master, two replicas); SIGKILL the master, not a restart",
     )
     cmd.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a Redis Cluster (three masters, a replica each); SIGKILL the busiest master",
+    )
+    cmd.add_argument(
         "--durability",
         choices=("none", "replica"),
         default=defaults.durability,
-        help="CALLGATE_WRITE_DURABILITY with --failover (none shows what a failover can lose)",
+        help="CALLGATE_WRITE_DURABILITY with --failover or --cluster (none shows what a "
+        "failover can lose)",
     )
-    cmd.set_defaults(handler=cmd_chaos)

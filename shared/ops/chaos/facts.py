@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import redis.asyncio as aioredis
 
+from callgate.connect import RedisClient
 from callgate.keys import Keys
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.workload import PlannedRun
@@ -201,7 +201,7 @@ async def run_facts(
     return RunFacts(plan, run, tuple(calls), outcomes, received, turns, people, tuple(sent))
 
 
-async def dead_letter_count(redis: aioredis.Redis, keys: Keys) -> int:
+async def dead_letter_count(redis: RedisClient, keys: Keys) -> int:
     return sum([int(await redis.xlen(keys.dead_letter(p))) for p in range(keys.partitions)])
 
 

@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import redis.asyncio as aioredis
-
 from callgate.config import Settings
+from callgate.connect import RedisClient
 from callgate.keys import Keys
 from callgate.ops.chaos.common import REDIS_AWAY, pause, text
+from callgate.ops.chaos.ha import FailsOver
 from callgate.ops.chaos.recovery import Kill, held_by, track
-from callgate.ops.embedded_sentinel import EmbeddedSentinel
 from callgate.ops.system import LocalSystem
 from callgate.streams.service import consumer_name
 
@@ -60,12 +59,12 @@ class Injector:
     def __init__(
         self,
         system: LocalSystem,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         seed: int,
         *,
         kill_every_s: float,
         progress: Callable[[str], None],
-        sentinels: EmbeddedSentinel | None = None,
+        ha: FailsOver | None = None,
     ) -> None:
         self.system = system
         self.redis = redis
@@ -74,8 +73,9 @@ class Injector:
         self.kill_every_s = kill_every_s
         self.progress = progress
         self.faults = Faults()
-        self.sentinels = sentinels
-        """Set under Sentinel: the Redis fault is then the master's death, not a restart."""
+        self.ha = ha
+        """Set under Sentinel or on a cluster: the Redis fault is then a master's death, not a
+        restart."""
         self._order: list[str] = []
 
     def _next_kind(self) -> str:
@@ -162,21 +162,22 @@ class Injector:
             await self.kill_one()
 
     async def redis_fault(self) -> None:
-        """The session's one Redis fault: a failover under Sentinel, else a restart."""
-        if self.sentinels is not None:
-            await self.fail_over(self.sentinels)
+        """The session's one Redis fault: a failover under Sentinel or on a cluster, else a
+        restart."""
+        if self.ha is not None:
+            await self.fail_over(self.ha)
         else:
             await self.restart_redis()
 
-    async def fail_over(self, sentinels: EmbeddedSentinel) -> None:
-        """SIGKILL the Redis master while runs flow; its sentinels promote a replica, which
-        the workers follow (`callgate.connect`).  Whatever replication had not carried is
-        gone: what the write durability setting is for."""
-        master = await asyncio.to_thread(sentinels.master)
+    async def fail_over(self, ha: FailsOver) -> None:
+        """SIGKILL a Redis master while runs flow; its replica is promoted (by the sentinels,
+        or the cluster), and the workers follow (`callgate.connect`).  Whatever replication
+        had not carried is gone: what the write durability setting is for."""
+        master = await asyncio.to_thread(ha.master)
         self.progress(f"killing the Redis master (:{master.port})")
         started = time.monotonic()
         await asyncio.to_thread(master.stop, kill=True)
-        await asyncio.to_thread(sentinels.wait_for_failover, master)
+        await asyncio.to_thread(ha.wait_for_failover, master)
         self.faults.promoted_s = round(time.monotonic() - started, 3)
         self.faults.failovers += 1
         self.progress(f"a replica was promoted after {self.faults.promoted_s:.1f}s")

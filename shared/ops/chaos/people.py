@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
-import redis.asyncio as aioredis
 
 from callgate.auth.tokens import Signer
+from callgate.connect import RedisClient
 from callgate.decisions.desk import ApprovalDesk
 from callgate.ledger.store import Ledger
 from callgate.ops.chaos.common import REDIS_AWAY, poll
@@ -63,7 +63,7 @@ class People:
 
     def __init__(
         self,
-        redis: aioredis.Redis,
+        redis: RedisClient,
         ledger: Ledger,
         plans: Sequence[PlannedRun],
         signers: Mapping[str, Signer],

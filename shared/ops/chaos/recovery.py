@@ -17,14 +17,15 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
 from arq.constants import health_check_key_suffix, in_progress_key_prefix, retry_key_prefix
 from redis.exceptions import ResponseError
 
 from callgate.config import Settings
+from callgate.connect import RedisClient
 from callgate.jobs import queue_name
 from callgate.keys import STREAM_KINDS, Keys
 from callgate.ops.chaos.common import REDIS_AWAY, text
+from callgate.streams.arq_cluster import health_check_key
 from callgate.streams.service import consumer_name
 
 POLL_S = 0.1
@@ -47,7 +48,7 @@ class Kill:
     """None while unsettled (or never settled within the limit)."""
 
 
-async def held_by(redis: aioredis.Redis, settings: Settings, kind: str, pid: int) -> list[str]:
+async def held_by(redis: RedisClient, settings: Settings, kind: str, pid: int) -> list[str]:
     """What the dead process ``pid`` of worker ``kind`` had in flight."""
     if kind in ARQ_WORKERS:
         return await _jobs_in_progress(redis)
@@ -63,22 +64,27 @@ async def held_by(redis: aioredis.Redis, settings: Settings, kind: str, pid: int
     return held
 
 
-async def _jobs_in_progress(redis: aioredis.Redis) -> list[str]:
+async def _jobs_in_progress(redis: RedisClient) -> list[str]:
     """``job_id@starts`` of every job an arq worker holds (arq's markers do not say which)."""
     jobs = [text(k)[len(in_progress_key_prefix) :]
             async for k in redis.scan_iter(match=f"{in_progress_key_prefix}*")]  # fmt: skip
     # A cron job's marker outlives the job (arq keeps it against double runs).
     jobs = sorted(j for j in jobs if not j.startswith("cron:"))
-    starts = await redis.mget([retry_key_prefix + j for j in jobs]) if jobs else []
+    pipe = redis.pipeline(transaction=False)  # one GET each: on a cluster, queues differ in slot
+    for job in jobs:
+        pipe.get(retry_key_prefix + job)
+    starts = await pipe.execute() if jobs else []
     return [f"{job}@{int(n or 0)}" for job, n in zip(jobs, starts, strict=True)]
 
 
-async def arq_serving(redis: aioredis.Redis, settings: Settings) -> bool:
+async def arq_serving(redis: RedisClient, settings: Settings) -> bool:
     """Whether an arq worker (the ingress) has started polling: it records a health check."""
-    return bool(await redis.exists(queue_name(settings) + health_check_key_suffix))
+    queue = queue_name(settings)
+    key = health_check_key(settings, queue) or queue + health_check_key_suffix
+    return bool(await redis.exists(key))
 
 
-async def still_held(redis: aioredis.Redis, settings: Settings, kill: Kill) -> list[str]:
+async def still_held(redis: RedisClient, settings: Settings, kill: Kill) -> list[str]:
     """Those of ``kill.held`` neither settled nor taken up by a live worker yet."""
     if kill.kind in ARQ_WORKERS:
         return await _jobs_still_held(redis, settings, kill.held)
@@ -96,7 +102,7 @@ async def still_held(redis: aioredis.Redis, settings: Settings, kill: Kill) -> l
 
 
 async def _jobs_still_held(
-    redis: aioredis.Redis, settings: Settings, held: tuple[str, ...]
+    redis: RedisClient, settings: Settings, held: tuple[str, ...]
 ) -> list[str]:
     """The jobs still queued that no worker has started since the kill."""
     pipe = redis.pipeline(transaction=False)
@@ -113,7 +119,7 @@ async def _jobs_still_held(
 
 
 async def track(
-    redis: aioredis.Redis,
+    redis: RedisClient,
     settings: Settings,
     kill: Kill,
     limit_s: float,

@@ -2,7 +2,8 @@
 
 While a seeded mix of runs is submitted (`workload`), the injector SIGKILLs worker processes
 of every kind at random moments and restarts Redis once (with ``--failover``, under Sentinel,
-SIGKILLs the Redis master instead, and a replica is promoted); the booking service commits and then
+or ``--cluster``, on a Redis Cluster, SIGKILLs a Redis master instead, and a replica is
+promoted: `callgate.ops.chaos.ha`); the booking service commits and then
 drops the answer for a share of reservations; the scripted model drops some streams
 mid-response.  The approver decides the approvals, except those a run's plan leaves to
 expire; the run's user cancels some runs, and a resolver settles the writes some runs' plans
@@ -19,15 +20,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.ops.chaos.facts import expired_calls
+from callgate.ops.chaos.ha import ClusterMaster, FailsOver
 from callgate.ops.chaos.injector import Injector
 from callgate.ops.chaos.report import figures, people_figures
 from callgate.ops.chaos.session import Progress, Session, system_spec
 from callgate.ops.chaos.workload import plan_runs
+from callgate.ops.embedded_cluster import EmbeddedCluster
 from callgate.ops.embedded_sentinel import EmbeddedSentinel
 from callgate.ops.system import LocalSystem
 
 TRAVEL_LATENCY_S = 0.3
 """The travel reads take this long, like real services, so kills find calls in flight."""
+CLUSTER_PARTITIONS = 3
+"""Partitions on a cluster: one per master (`EmbeddedCluster.spread`)."""
 KILL_TAIL_S = 10.0
 """Kills go on until every run settled, at most this long after the last submission."""
 
@@ -49,8 +54,12 @@ class ChaosOptions:
     """One Redis fault halfway through the submissions: a restart, or the master's death."""
     failover: bool = False
     """Redis under Sentinel (a master, two replicas): the fault kills the master."""
+    cluster: bool = False
+    """A Redis Cluster (three masters, a replica each; three partitions): the fault kills the
+    master serving the most of the deployment's slots."""
     durability: str = "replica"
-    """``CALLGATE_WRITE_DURABILITY`` with ``failover``: ``none`` shows what a failover can lose."""
+    """``CALLGATE_WRITE_DURABILITY`` with ``failover`` or ``cluster``: ``none`` shows what a
+    failover can lose."""
     settle_timeout_s: float = 300.0
 
 
@@ -104,16 +113,13 @@ async def _under_faults(session: Session, injector: Injector, options: ChaosOpti
 
 
 async def chaos_session(
-    system: LocalSystem,
-    options: ChaosOptions,
-    progress: Progress,
-    sentinels: EmbeddedSentinel | None = None,
+    system: LocalSystem, options: ChaosOptions, progress: Progress, ha: FailsOver | None = None
 ) -> dict[str, Any]:
     """One random-fault session on a started system; its figures."""
     started = time.monotonic()
     session = Session(system, plan_runs(options.runs, options.seed), progress)
     injector = Injector(system, session.redis, options.seed, kill_every_s=options.kill_every_s,
-                        progress=progress, sentinels=sentinels)  # fmt: skip
+                        progress=progress, ha=ha)  # fmt: skip
     try:
         await session.wait_ready()
         await _under_faults(session, injector, options)
@@ -135,28 +141,53 @@ async def chaos_session(
 
 
 def run_chaos(options: ChaosOptions, progress: Progress) -> dict[str, Any]:
-    """Start the system (under Sentinel with ``failover``), run the session, stop everything;
-    the figures."""
-    sentinels = EmbeddedSentinel(replicas=2) if options.failover else None
+    """Start the system (under Sentinel with ``failover``, on a cluster with ``cluster``), run
+    the session, stop everything; the figures."""
+    store = _ha_store(options, progress)
     try:
-        env, url = None, None
-        if sentinels is not None:
-            progress("starting Redis under Sentinel: a master, two replicas, three sentinels")
-            url = sentinels.start().url
-            env = {"CALLGATE_WRITE_DURABILITY": options.durability}
+        env, url = _ha_started(store, options) if store is not None else (None, None)
         system = LocalSystem(system_spec(replicas(options), env, url), progress=progress)
         try:
             system.start()
-            return asyncio.run(chaos_session(system, options, progress, sentinels))
+            ha = (
+                ClusterMaster(store, system.settings)
+                if isinstance(store, EmbeddedCluster)
+                else store
+            )
+            return asyncio.run(chaos_session(system, options, progress, ha))
         finally:
             system.stop()
     finally:
-        if sentinels is not None:
-            sentinels.stop()
+        if store is not None:
+            store.stop()
+
+
+def _ha_store(
+    options: ChaosOptions, progress: Progress
+) -> EmbeddedSentinel | EmbeddedCluster | None:
+    if options.cluster:
+        progress("starting a Redis Cluster: three masters, a replica each")
+        return EmbeddedCluster()
+    if options.failover:
+        progress("starting Redis under Sentinel: a master, two replicas, three sentinels")
+        return EmbeddedSentinel(replicas=2)
+    return None
+
+
+def _ha_started(
+    store: EmbeddedSentinel | EmbeddedCluster, options: ChaosOptions
+) -> tuple[dict[str, str], str]:
+    """Start ``store``; the workers' environment for it, and its URL."""
+    env = {"CALLGATE_WRITE_DURABILITY": options.durability}
+    if isinstance(store, EmbeddedCluster):
+        env["CALLGATE_PARTITIONS"] = str(CLUSTER_PARTITIONS)
+        store.start().spread(CLUSTER_PARTITIONS)
+        return env, store.cluster_url
+    return env, store.start().url
 
 
 def _failover_figures(injector: Injector, options: ChaosOptions) -> dict[str, Any]:
-    if not options.failover:
+    if not (options.failover or options.cluster):
         return {}
     faults = injector.faults
     return {
