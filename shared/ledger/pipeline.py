@@ -264,21 +264,31 @@ def _answer(batch: Batch, replies: list[Any], *, keep_elsewhere: bool) -> Batch:
 
 
 def _by_slot(queued: Batch) -> dict[int, Batch]:
-    """The requests of a flush by the slot of their first key (a request is one run's, and
-    every key of a run is in its partition's slot)."""
+    """The requests of a flush by the slot of their keys (a request is one run's, and every
+    key of a run is in its partition's slot); a request of no key at all (no commands: a read
+    of no records; only steps with nothing to write) goes to slot 0's master, which runs it
+    as well as any."""
     grouped: dict[int, Batch] = {}
     for request in queued:
-        commands = request[0]  # none (a read of no records): answered with no replies
-        slot = slot_of(_first_key(commands[0])) if commands else 0
+        try:
+            slots = [_slot_of(command) for command in request[0]]
+        except Exception as exc:  # a malformed request fails its caller, never hangs it
+            _fail([request], exc)
+            continue
+        slot = next((s for s in slots if s is not None), 0)
         grouped.setdefault(slot, []).append(request)
     return grouped
 
 
-def _first_key(command: Command) -> str:
+def _slot_of(command: Command) -> int | None:
+    """The slot of ``command``'s keys; None if it has none (a step of no key)."""
     method, *args = command
     if method == "apply":
-        return str(args[0].keys[0])
-    return str(args[2] if method == "evalsha" else args[0])
+        slot: int | None = args[0].slot
+        return slot
+    if method == "evalsha":
+        return slot_of(str(args[2])) if args[1] else None
+    return slot_of(str(args[0]))
 
 
 def _then_wait(queued: Batch, confirm: Confirm, group: bool) -> Batch:

@@ -142,20 +142,24 @@ class Tx:
     def _key(self, key: str) -> int:
         index = self._key_index.get(key)
         if index is None:
-            slot = slot_of(key)
-            if self._slot is None:
-                self._slot = slot
-            elif slot != self._slot:
-                raise ValueError(f"key {key!r} is in slot {slot}, this Tx is in slot {self._slot}")
+            self._take_slot(key)
             self.keys.append(key)
             index = self._key_index[key] = len(self.keys)
             if index > _MAX_KEYS:
                 raise ValueError(f"a Tx of more than {_MAX_KEYS} keys")
         return index
 
+    def _take_slot(self, key: str) -> None:
+        slot = slot_of(key)
+        if self._slot is None:
+            self._slot = slot
+        elif slot != self._slot:
+            raise ValueError(f"key {key!r} is in slot {slot}, this Tx is in slot {self._slot}")
+
     @property
     def slot(self) -> int | None:
-        """The one cluster slot every key of this Tx hashes to (None while empty)."""
+        """The one cluster slot every key of this Tx hashes to, its events' streams included
+        though they are written last (None while it has neither)."""
         return self._slot
 
     @property
@@ -316,6 +320,7 @@ class Tx:
         an event costs Redis more than the bytes it writes."""
         pending = self._events.get(stream)
         if pending is None:
+            self._take_slot(stream)  # a step of events only is still routed to their slot
             self._events[stream] = (t_ms, [(kind, payload)])
         else:
             pending[1].append((kind, payload))
