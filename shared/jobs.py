@@ -144,18 +144,10 @@ class JobQueue:
 
     async def pool(self) -> ArqRedis:
         if self._pool is None and on_cluster(self.settings):
-            self._pool = queue_pool(
-                self.settings,
-                self.name,
-                job_serializer=job_serializer,
-                job_deserializer=job_deserializer,
-            )
+            self._pool = queue_pool(self.settings, self.name, **SERIALIZERS)
         if self._pool is None:
             self._pool = await create_pool(
-                redis_settings(self.settings),
-                job_serializer=job_serializer,
-                job_deserializer=job_deserializer,
-                default_queue_name=self.name,
+                redis_settings(self.settings), default_queue_name=self.name, **SERIALIZERS
             )
         return self._pool
 
@@ -241,3 +233,10 @@ def job_serializer(value: Any) -> bytes:
 
 def job_deserializer(data: bytes) -> Any:
     return orjson.loads(data)
+
+
+SERIALIZERS: dict[str, Any] = {
+    "job_serializer": job_serializer,
+    "job_deserializer": job_deserializer,
+}
+"""What every arq client and worker of callgate's queues encodes jobs with."""

@@ -31,7 +31,7 @@ from arq.worker import Function, Worker
 from callgate.config import Settings
 from callgate.connect import redis_client
 from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecError
-from callgate.jobs import job_deserializer, job_serializer, redis_settings
+from callgate.jobs import SERIALIZERS, redis_settings
 from callgate.keys import Keys
 from callgate.logs import log_fields
 from callgate.streams.arq_cluster import health_check_key, on_cluster, queue_pool
@@ -131,8 +131,7 @@ def create_worker(
         job_completion_wait=max(1, round(settings.shutdown_grace_s)),
         job_timeout=JOB_TIMEOUT_S,
         poll_delay=0.05 if burst else 0.2,
-        job_serializer=job_serializer,
-        job_deserializer=job_deserializer,
+        **SERIALIZERS,
         log_results=False,
         # arq's default hour, but never longer than the run itself is kept (retention).
         keep_result=min(3600, settings.retention_s),
@@ -144,9 +143,7 @@ def _connection(settings: Settings, queue: str) -> dict[str, Any]:
     the master of the queue's slot (`callgate.streams.arq_cluster`)."""
     if not on_cluster(settings):
         return {"redis_settings": redis_settings(settings)}
-    pool = queue_pool(
-        settings, queue, job_serializer=job_serializer, job_deserializer=job_deserializer
-    )
+    pool = queue_pool(settings, queue, **SERIALIZERS)
     return {"redis_pool": pool, "health_check_key": health_check_key(settings, queue)}
 
 
