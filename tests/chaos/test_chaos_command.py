@@ -58,19 +58,7 @@ def test_a_small_chaos_run_keeps_every_invariant() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "store",
-    [
-        "--failover",
-        pytest.param(
-            "--cluster",
-            marks=pytest.mark.skip(
-                reason="open (README, Redis Cluster): a chaos session on a cluster can leave "
-                "a run's turn request held by a live model_turn; one in three sessions here"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("store", ["--failover", "--cluster"])
 def test_a_chaos_run_survives_its_redis_master_dying_under_sentinel_or_in_a_cluster(
     store: str,
 ) -> None:
