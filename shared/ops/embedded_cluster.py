@@ -130,7 +130,9 @@ class EmbeddedCluster:
             if promoted.port != old.port:
                 return promoted
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no replica was promoted in place of :{old.port}")
+                raise TimeoutError(
+                    f"no replica was promoted in place of :{old.port} within {timeout_s:g}s"
+                )
             time.sleep(0.1)
 
     def move_slot(

@@ -154,7 +154,7 @@ def _until(condition: Any, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"not within {timeout_s:g}s: {what}")
+            raise TimeoutError(f"not within {timeout_s:g}s: {what}")
         time.sleep(0.1)
 
 

@@ -32,6 +32,9 @@ BUSY_WAIT_S = 1.0
 """How long a kill waits for a replica to hold work before it hits an idle one."""
 BUSY_POLL_S = 0.02
 REDIS_DOWN_S = 1.0
+FAILOVER_WAIT_S = 45.0
+"""How long a killed master's replica may take to be promoted: a few seconds on an idle
+machine, far longer on a loaded one; past it the session stops with one line (TimeoutError)."""
 RECOVERY_LIMIT_S = 180.0
 """A kill whose work is not settled by then counts as unrecovered."""
 
@@ -177,7 +180,7 @@ class Injector:
         self.progress(f"killing the Redis master (:{master.port})")
         started = time.monotonic()
         await asyncio.to_thread(master.stop, kill=True)
-        await asyncio.to_thread(ha.wait_for_failover, master)
+        await asyncio.to_thread(ha.wait_for_failover, master, FAILOVER_WAIT_S)
         self.faults.promoted_s = round(time.monotonic() - started, 3)
         self.faults.failovers += 1
         self.progress(f"a replica was promoted after {self.faults.promoted_s:.1f}s")
