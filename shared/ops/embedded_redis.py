@@ -17,8 +17,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote, urlencode
+
+import redis
 
 from callgate.connect import cluster_address, sentinel_address
 
@@ -242,6 +244,24 @@ class EmbeddedRedis:
             self.process.kill()
             self.process.wait()
 
+    def follow(self, master: EmbeddedRedis, timeout_s: float = 20.0) -> None:
+        """Replicate ``master`` until in sync and acknowledging writes (a ``WAIT 1`` answers
+        1): right after a resync a replica's first acknowledgements can lag by a second."""
+        with redis.Redis.from_url(self.url, socket_timeout=2) as replica:
+            replica.replicaof("127.0.0.1", master.port)
+
+            def synced() -> bool:
+                return bool(replica.info("replication").get("master_link_status") == "up")
+
+            until(synced, timeout_s, "the replica synced")
+        with redis.Redis.from_url(master.url, socket_timeout=2) as client:
+
+            def acknowledged() -> bool:
+                client.set("callgate:replica-probe", time.time_ns())
+                return bool(client.wait(1, 100) == 1)
+
+            until(acknowledged, timeout_s, "the replica acknowledging writes")
+
     def restart(self) -> None:
         """Stop and start again on the same port and directory (AOF replays if on)."""
         self.stop()
@@ -254,3 +274,12 @@ class EmbeddedRedis:
         self.stop()
         if os.environ.get("CALLGATE_KEEP_REDIS_DIR") is None:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def until(condition: Any, timeout_s: float, what: str) -> None:
+    """Poll ``condition`` until true; `TimeoutError` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout_s:g}s: {what}")
+        time.sleep(0.05)

@@ -10,14 +10,13 @@ replica and the other sentinels: a replica a sentinel does not know is never pro
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from callgate.ops.embedded_redis import EmbeddedRedis
+from callgate.ops.embedded_redis import EmbeddedRedis, until
 
 MASTER_NAME = "callgate"
 """The name the sentinels monitor the master under (the URL's path)."""
@@ -76,7 +75,7 @@ class EmbeddedSentinel:
             node.config_file = _server_conf(node.directory, follows)
             self.servers.append(node)
             node.start()
-        _until(lambda: _replicas_online(self.servers[0]) >= self.replicas, timeout_s, "synced")
+        until(lambda: _replicas_online(self.servers[0]) >= self.replicas, timeout_s, "synced")
 
     def wait_until_known(self, timeout_s: float) -> None:
         """Until every live sentinel sees the master, its replicas and the other sentinels."""
@@ -89,7 +88,7 @@ class EmbeddedSentinel:
                 for s in self.sentinels
             )
 
-        _until(known, timeout_s, "the sentinels knew the deployment")
+        until(known, timeout_s, "the sentinels knew the deployment")
 
     def master(self) -> EmbeddedRedis:
         """The data node the sentinels call master now."""
@@ -109,12 +108,12 @@ class EmbeddedSentinel:
             node = self.master()
             return node is not old and _role(node) == "master"
 
-        _until(promoted, timeout_s, f"a replica was promoted in place of :{old.port}")
+        until(promoted, timeout_s, f"a replica was promoted in place of :{old.port}")
         return self.master()
 
     def wait_until_replicated(self, timeout_s: float = 20.0) -> None:
         """Until the current master has a replica online (what WAIT needs)."""
-        _until(lambda: _replicas_online(self.master()) >= 1, timeout_s, "a replica online")
+        until(lambda: _replicas_online(self.master()) >= 1, timeout_s, "a replica online")
 
     def live(self) -> list[EmbeddedRedis]:
         return [n for n in self.servers if n.process is not None and n.process.poll() is None]
@@ -148,14 +147,6 @@ def _sentinel_conf(directory: Path, name: str, port: int) -> Path:
         f"sentinel parallel-syncs {name} 1\n"
     )
     return path
-
-
-def _until(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not within {timeout_s:g}s: {what}")
-        time.sleep(0.1)
 
 
 def _state(sentinel: EmbeddedRedis, name: str, item: str) -> int:

@@ -89,21 +89,6 @@ def _until(condition: Any, what: str, timeout_s: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _follow(replica: EmbeddedRedis, master: EmbeddedRedis) -> None:
-    """``replica`` replicates ``master``, synced and acknowledging writes at once (right after
-    a resync its first acknowledgements can lag by up to a second)."""
-    with redis.Redis.from_url(replica.url, socket_timeout=2) as client:
-        client.replicaof("127.0.0.1", master.port)
-    _until(lambda: _info(replica).get("master_link_status") == "up", "replica in sync")
-    with redis.Redis.from_url(master.url, socket_timeout=2) as client:
-
-        def acknowledged() -> bool:
-            client.set("probe", new_id())
-            return bool(client.wait(1, 100) == 1)
-
-        _until(acknowledged, "replica acknowledging")
-
-
 @pytest.fixture(scope="module")
 def master() -> Iterator[EmbeddedRedis]:
     with Redis7() as server:
@@ -113,7 +98,7 @@ def master() -> Iterator[EmbeddedRedis]:
 @pytest.fixture
 def replica(master: EmbeddedRedis) -> Iterator[EmbeddedRedis]:
     with Redis7() as server:
-        _follow(server, master)
+        server.follow(master)
         yield server
 
 
@@ -220,7 +205,7 @@ async def test_without_a_replica_a_write_is_never_sent_and_goes_out_once_one_is_
     assert "call.unsent" in events
 
     replica.start()
-    await asyncio.to_thread(_follow, replica, master)
+    await asyncio.to_thread(replica.follow, master)
     delivery = await _delivery(rt, message, 2)
     await executor.handle(message, delivery)
 
@@ -262,7 +247,7 @@ async def test_a_write_taken_back_after_its_run_was_cancelled_ends_not_applied_a
     assert call is not None and call.state == CallState.FAILED, call
 
     replica.start()
-    await asyncio.to_thread(_follow, replica, master)
+    await asyncio.to_thread(replica.follow, master)
     await executor.handle(message, await _delivery(rt, message, 2))
     assert await _sent(http, booking) == 0
 

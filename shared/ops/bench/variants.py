@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
-import redis
 from aiohttp import web
 
 from callgate.ops.bench import throughput
@@ -89,7 +87,7 @@ async def _replicated(api: str, runs: int, progress: Progress, name: str) -> dic
     master = await asyncio.to_thread(EmbeddedRedis().start)
     replica = await asyncio.to_thread(EmbeddedRedis().start)
     try:
-        await asyncio.to_thread(_follow, replica, master)
+        await asyncio.to_thread(replica.follow, master)
         progress(f"{name}: private Redis with one replica")
         figures = {
             mode: await _pipeline(
@@ -115,17 +113,6 @@ async def _replicated(api: str, runs: int, progress: Progress, name: str) -> dic
         # Proof that the writes waited: a flush's takes share one WAIT.
         "waits_per_call": confirmed["redis_commands_per_call_by_command"].get("wait", 0.0),
     }
-
-
-def _follow(replica: EmbeddedRedis, master: EmbeddedRedis, timeout_s: float = 20.0) -> None:
-    """Make ``replica`` replicate ``master`` and wait until its link is up."""
-    with redis.Redis.from_url(replica.url) as client:
-        client.replicaof("127.0.0.1", master.port)
-        deadline = time.monotonic() + timeout_s
-        while client.info("replication").get("master_link_status") != "up":
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the replica did not sync within {timeout_s:g}s")
-            time.sleep(0.05)
 
 
 async def _pipeline(
