@@ -142,24 +142,20 @@ class Tx:
     def _key(self, key: str) -> int:
         index = self._key_index.get(key)
         if index is None:
-            self._take_slot(key)
+            slot = slot_of(key)
+            if self._slot is None:
+                self._slot = slot
+            elif slot != self._slot:
+                raise ValueError(f"key {key!r} is in slot {slot}, this Tx is in slot {self._slot}")
             self.keys.append(key)
             index = self._key_index[key] = len(self.keys)
             if index > _MAX_KEYS:
                 raise ValueError(f"a Tx of more than {_MAX_KEYS} keys")
         return index
 
-    def _take_slot(self, key: str) -> None:
-        slot = slot_of(key)
-        if self._slot is None:
-            self._slot = slot
-        elif slot != self._slot:
-            raise ValueError(f"key {key!r} is in slot {slot}, this Tx is in slot {self._slot}")
-
     @property
     def slot(self) -> int | None:
-        """The one cluster slot every key of this Tx hashes to, its events' streams included
-        though they are written last (None while it has neither)."""
+        """The one cluster slot every key of this Tx hashes to (None while empty)."""
         return self._slot
 
     @property
@@ -191,8 +187,7 @@ class Tx:
         """The shape (header first) and arguments of the reads and guards: one read per key
         whose fields are guarded (first use first), then each guard in order.  A field's guard
         names its 1-based slot among all the fields read where another entry names its key, so
-        its arguments are only the values it allows (one argument fewer a guard to send, and
-        for the script to turn into a string and then a number)."""
+        its arguments are only the values it allows (one argument fewer to send and parse)."""
         reads, guards = len(self._read_fields), len(self._guard_args)
         shape = [reads >> 8, reads & 0xFF, guards >> 8, guards & 0xFF]
         args: list[Arg] = []
@@ -320,7 +315,7 @@ class Tx:
         an event costs Redis more than the bytes it writes."""
         pending = self._events.get(stream)
         if pending is None:
-            self._take_slot(stream)  # a step of events only is still routed to their slot
+            self._key(stream)  # its slot now: a step of events only is routed by it too
             self._events[stream] = (t_ms, [(kind, payload)])
         else:
             pending[1].append((kind, payload))

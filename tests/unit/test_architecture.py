@@ -43,6 +43,7 @@ RAW_BY_DESIGN = {
     "shared/ops/bench/executors.py": "seeds allowed calls to time executors alone",
     "shared/ops/bench/provider.py": "records the in-process model's timings",
     "shared/ops/explore/possible.py": "the explorer's duplicated message, as a transport makes",
+    "shared/ops/embedded_redis.py": "a probe key, written until a new replica acknowledges it",
 }
 
 
