@@ -111,6 +111,12 @@ class EmbeddedSentinel:
         until(promoted, timeout_s, f"a replica was promoted in place of :{old.port}")
         return self.master()
 
+    def rejoin(self, old: EmbeddedRedis, timeout_s: float = 30.0) -> None:
+        """Start the killed master ``old`` again; the sentinels make it a replica."""
+        old.start()
+        until(lambda: _role(old) == "slave", timeout_s, f":{old.port} back as a replica")
+        until(lambda: _replicas_online(self.master()) >= self.replicas, timeout_s, "synced")
+
     def wait_until_replicated(self, timeout_s: float = 20.0) -> None:
         """Until the current master has a replica online (what WAIT needs)."""
         until(lambda: _replicas_online(self.master()) >= 1, timeout_s, "a replica online")

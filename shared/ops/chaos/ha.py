@@ -30,6 +30,12 @@ class FailsOver(Protocol):
         """The replica promoted in ``old``'s place, once it serves."""
         ...
 
+    def rejoin(self, old: EmbeddedRedis, timeout_s: float = 30.0) -> None:
+        """Start the killed master again, as its orchestrator would, until it serves as a
+        replica of the promoted one: until then a cluster's promoted master has no replica,
+        and ``replica`` durability confirms none of its writes."""
+        ...
+
 
 @dataclass(frozen=True)
 class ClusterMaster:
@@ -51,3 +57,7 @@ class ClusterMaster:
 
     def wait_for_failover(self, old: EmbeddedRedis, timeout_s: float = 20.0) -> EmbeddedRedis:
         return self.cluster.wait_for_failover(old, timeout_s)
+
+    def rejoin(self, old: EmbeddedRedis, timeout_s: float = 30.0) -> None:
+        old.start()  # its nodes.conf kept: it learns it was failed over, and replicates
+        self.cluster.wait_until_ok(timeout_s)

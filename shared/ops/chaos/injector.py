@@ -175,7 +175,8 @@ class Injector:
     async def fail_over(self, ha: FailsOver) -> None:
         """SIGKILL a Redis master while runs flow; its replica is promoted (by the sentinels,
         or the cluster), and the workers follow (`callgate.connect`).  Whatever replication
-        had not carried is gone: what the write durability setting is for."""
+        had not carried is gone: what the write durability setting is for.  The killed node
+        is then started again, as an orchestrator would, and rejoins as a replica."""
         master = await asyncio.to_thread(ha.master)
         self.progress(f"killing the Redis master (:{master.port})")
         started = time.monotonic()
@@ -184,6 +185,8 @@ class Injector:
         self.faults.promoted_s = round(time.monotonic() - started, 3)
         self.faults.failovers += 1
         self.progress(f"a replica was promoted after {self.faults.promoted_s:.1f}s")
+        await asyncio.to_thread(ha.rejoin, master, FAILOVER_WAIT_S)
+        self.progress(f"the killed master serves as a replica {time.monotonic() - started:.1f}s on")
 
     async def restart_redis(self) -> None:
         """Stop Redis, leave it down `REDIS_DOWN_S` (as a real restart replaying its AOF
