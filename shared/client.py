@@ -167,7 +167,9 @@ class CallgateClient:
         the same spec is harmless: no second job is written while one is queued or its result
         kept, and the ledger's create-once guard covers the rest.  A different spec under a
         taken run id raises `SpecConflictError`, here when a job under it is kept, else from
-        `wait` once the ingress has refused it or the run is found to be another's.
+        `wait` once the ingress has refused it or the run is found to be another's.  Under
+        ``replica`` durability it returns only once a replica holds the job (else
+        `RedisUnavailableError`: submit again), a job that already ran included.
         """
         parsed = with_run_id(parse_spec(spec if isinstance(spec, RunSpec) else dict(spec)))
         run_id = parsed.run_id
@@ -176,9 +178,14 @@ class CallgateClient:
         token = sign_submission(self.signer(), run_id=run_id, spec=payload)
         job = StartJob(spec=payload, token=token, identity_token=identity_token)
         self._remember(run_id, self._submission(payload, identity_token))
-        if await self.redis.exists(
-            result_key_prefix + self._job_id(run_id)
-        ) or not await enqueue_once(self.redis, self.settings, START_RUN, job, run_id):
+        kept = await self.redis.exists(result_key_prefix + self._job_id(run_id))
+        if kept:
+            await self._same_as_queued(parsed)
+            if self.settings.write_durability != "replica":
+                return run_id
+            # The master's finished job may be one no replica got (nor the run it created):
+            # it is enqueued again and confirmed, and finds its run, or makes it again.
+        if not await enqueue_once(self.redis, self.settings, START_RUN, job, run_id) and not kept:
             await self._same_as_queued(parsed)
         return run_id
 

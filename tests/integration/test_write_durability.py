@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ import pytest
 import redis
 from arq.constants import job_key_prefix
 
+from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.connect import redis_client
 from callgate.envelopes import ExecRequest, encode, new_id
@@ -41,8 +43,8 @@ from callgate.streams.worker import Delivery
 from callgate.tools.contract import ToolContext
 from tests.conftest import TEST_TOOLS
 from tests.integration import durable_tools
-from tests.integration.helpers import reset_session
-from tests.seed import seed
+from tests.integration.helpers import drain, new_run_id, reset_session
+from tests.seed import run_spec, seed
 
 pytestmark = pytest.mark.timeout(60)
 GROUP = "executor"
@@ -319,6 +321,33 @@ async def test_with_a_replica_a_submission_returns_once_the_replica_holds_it(
         await client.aclose()
     with redis.Redis.from_url(replica.url) as on_replica:
         assert on_replica.exists(job_key_prefix + "j-held") == 1
+
+
+async def test_a_start_job_the_master_ran_alone_is_not_taken_for_a_safe_submission(
+    master: EmbeddedRedis, replica: EmbeddedRedis
+) -> None:
+    """With the replica frozen, the ingress runs a start job on the master alone: the master
+    keeps its result and the run, the replica neither, so a failover now loses the run.  A
+    second submission must not read the kept result as "queued": it is told to submit again
+    until a replica holds the job, which then finds its run (one run, created once)."""
+    settings = _settings(master, "hiredis")
+    assert replica.process is not None
+    os.kill(replica.process.pid, signal.SIGSTOP)
+    try:
+        async with CallgateClient(settings) as client:
+            run_id = new_run_id()
+            with pytest.raises(RedisUnavailableError, match="submit it again"):
+                await client.submit(run_spec(run_id))
+            assert await drain(settings) == (1, 0)
+            with pytest.raises(RedisUnavailableError, match="submit it again"):
+                await client.submit(run_spec(run_id))
+            os.kill(replica.process.pid, signal.SIGCONT)
+            assert await client.submit(run_spec(run_id)) == run_id
+            assert await drain(settings) == (1, 0)
+            created = [e for e in await client.events(run_id) if e.type == "run.created"]
+            assert len(created) == 1
+    finally:
+        os.kill(replica.process.pid, signal.SIGCONT)
 
 
 def _start_executor(server: EmbeddedRedis, url: str | None = None, **env: str) -> list[str]:
