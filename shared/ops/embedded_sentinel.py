@@ -112,7 +112,10 @@ class EmbeddedSentinel:
         return self.master()
 
     def rejoin(self, old: EmbeddedRedis, timeout_s: float = 30.0) -> None:
-        """Start the killed master ``old`` again; the sentinels make it a replica."""
+        """Start the killed master ``old`` again as a replica of the promoted one, as a careful
+        orchestrator does: started as a master, it would take the writes of a client that
+        asked a sentinel before the failover ended, and lose them when made a replica."""
+        old.config_file = _server_conf(old.directory, self.master().port)
         old.start()
         until(lambda: _role(old) == "slave", timeout_s, f":{old.port} back as a replica")
         until(lambda: _replicas_online(self.master()) >= self.replicas, timeout_s, "synced")
