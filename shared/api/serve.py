@@ -22,6 +22,10 @@ from callgate.config import Settings
 from callgate.errors import CallgateError
 from callgate.ops.stack import sigterm_as_interrupt
 
+BACKLOG = 2048
+"""uvicorn's own backlog: connections made before it serves (its start-up reads the trust
+file and connects to Redis) wait in it rather than being refused."""
+
 
 def add_command(sub: Any) -> None:
     defaults = ApiSettings()
@@ -79,6 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock = socket.socket(socket.AF_INET6 if ":" in api.host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((api.host, api.port))
+        sock.listen(BACKLOG)  # before "listening on": a client may connect the moment it reads it
     except (CallgateError, OSError, ValueError) as exc:
         print(f"callgate serve: cannot start: {exc}", file=sys.stderr)
         return 1

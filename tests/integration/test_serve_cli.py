@@ -4,6 +4,11 @@ that does not answer is a 503 problem for the caller, not a traceback."""
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -15,7 +20,7 @@ from callgate.auth.keyring import LocalKeyring
 from callgate.auth.tokens import sign_access
 from callgate.config import Settings
 from callgate.ops.cli import main
-from callgate.ops.embedded_redis import free_port
+from callgate.ops.embedded_redis import EmbeddedRedis, free_port
 
 
 @pytest.fixture
@@ -57,3 +62,25 @@ async def test_redis_down_is_a_503_problem_not_a_traceback(callgate_home: Path) 
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"] == "application/problem+json"
     assert "try again shortly" in answer.json()["detail"] and "Traceback" not in answer.text
+
+
+def test_a_client_may_connect_the_moment_serve_says_it_listens(
+    callgate_home: Path, redis_server: EmbeddedRedis
+) -> None:
+    """`callgate serve` prints its URL before its start-up (trust file, Redis) is done; a
+    connection made as soon as the line is read must wait in the backlog, not be refused."""
+    env = {**os.environ, "REDIS_URL": redis_server.url, "CALLGATE_API_DELEGATE": "slack"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "callgate.ops.cli", "serve", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        found = re.search(r"listening on http://([\d.]+):(\d+)", line)
+        assert found is not None, line
+        with socket.create_connection((found.group(1), int(found.group(2))), timeout=10):
+            pass
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
