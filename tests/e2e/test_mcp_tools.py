@@ -349,8 +349,7 @@ async def test_a_changed_tool_does_not_run_under_the_approval_of_its_old_version
         assert record is not None and record.resource_key == "mcp:shop:tea"
         async with Client(deployment.shop.url) as mcp_client:
             await mcp_client.call_tool("evolve", {"with_currency": False})
-        workers = sum(len(names) for names in deployment.system.workers.values())
-        await _until_listed(deployment.shop, workers)
+        await _until_changed(deployment.system)
         await approve(deployment.system, client, run_id)
         view = await until(client, run_id, status("completed", "failed", "handed_off"))
     assert view["status"] == "completed", view
@@ -360,13 +359,10 @@ async def test_a_changed_tool_does_not_run_under_the_approval_of_its_old_version
     assert not [e for e in deployment.shop.events() if e.get("tool") == "set_price"]
 
 
-async def _until_listed(shop: McpHttpServer, workers: int) -> None:
-    """Until every worker has read the server's tool list since it changed."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        events = [e["event"] for e in shop.events()]
-        since = events[len(events) - 1 - events[::-1].index("evolved") :]
-        if since.count("listed") >= workers:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the workers did not re-read the changed tool list")
+async def _until_changed(system: LocalSystem) -> None:
+    """Until every worker has rebuilt the shop's tools from the changed list: its count of
+    list requests the server saw says only that they were asked for, not yet applied."""
+    for name in [name for names in system.workers.values() for name in names]:
+        await asyncio.to_thread(
+            system.supervisor.wait_for_line, name, r"mcp tools changed.*shop", 15
+        )
