@@ -141,7 +141,8 @@ class LocalSystem:
     @property
     def settings(self) -> Settings:
         """The settings the children read (Redis URL, key prefix and partitions are what matter
-        here)."""
+        here, and the write durability: a client submitting under ``replica`` waits for a
+        replica to hold each job, as the deployment's own submitters do)."""
         return Settings(
             redis_url=self.env["REDIS_URL"],
             key_prefix=self.env["CALLGATE_KEY_PREFIX"],
@@ -149,6 +150,7 @@ class LocalSystem:
             tool_modules=tuple(self.env["CALLGATE_TOOL_MODULES"].split(",")),
             home=Path(self.env["CALLGATE_HOME"]),
             trust_file=Path(self.env["CALLGATE_TRUST_FILE"]),
+            write_durability=self.env.get("CALLGATE_WRITE_DURABILITY", "none"),  # pydantic checks
         )
 
     @property
