@@ -91,6 +91,12 @@ def _redact_text(text: str) -> str:
     return f"{head[:MAX_EVENT_STRING]}…(+{len(text) - MAX_EVENT_STRING} chars)"
 
 
+def mask_secrets(text: str) -> str:
+    """``text`` whole, with every API key and bearer token in it masked: `redact`'s pass for
+    a string that must not be cut (a case file's recorded arguments)."""
+    return _SECRET_IN_TEXT.sub(REDACTED, text)
+
+
 def redact_error(exc: BaseException, echoed: Collection[str] = ()) -> str:
     """``Type: message`` of an exception, safe for the ledger, the event log and the model.
 

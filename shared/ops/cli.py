@@ -54,6 +54,7 @@ COMMAND_MODULES = (
     "callgate.ops.keys_cli",
     "callgate.ops.control_cli",
     "callgate.ops.conformance.cli",
+    "callgate.ops.cases.cli",
     "callgate.ops.chaos.cli",
     "callgate.ops.bench.cli",
     "callgate.ops.dev_cli",

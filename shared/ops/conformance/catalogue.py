@@ -51,6 +51,8 @@ class CallExpectation:
     """Every state it passes through, in order, from its event log."""
     reason: str | None = None
     """Text one of its transitions' reasons must hold: evidence of *why* it went that way."""
+    decision: str | None = None
+    """The validator's decision it must get (None: not checked); a recorded case sets it."""
 
 
 @dataclass(frozen=True)

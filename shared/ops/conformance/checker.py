@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -17,6 +17,17 @@ from callgate.ops.conformance.observation import Observation, ObservedCall
 from callgate.ops.conformance.pairing import pairing_problems, result_pairs, told
 
 ARROW = " → "
+
+
+class Counted(NamedTuple):
+    """Who counted executions and effects, as a difference names them."""
+
+    executions: str = "the service counted"
+    effects: str = "external effects: expected {0} reservation(s), the booking service made {1}"
+
+
+SERVICES = Counted()
+"""Conformance: the demo services count (their own request counters)."""
 
 
 @dataclass(frozen=True)
@@ -52,15 +63,15 @@ class Cell:
         }
 
 
-def check(case: Case, api: str, seen: Observation) -> Cell:
-    """The cell for ``case`` on ``api`` given what was seen."""
+def check(case: Case, api: str, seen: Observation, counter: Counted = SERVICES) -> Cell:
+    """The cell for ``case`` on ``api`` given what was seen (counted as ``counter`` says)."""
     pairing = _pairing(api, seen)
     problems = [
         *([f"runner: {seen.error}"] if seen.error else []),
         *_states(case, seen),
-        *_executions(case.executions, seen.executions),
+        *_executions(case.executions, seen.executions, counter),
         *_before_approval(seen),
-        *_effects(case, seen),
+        *_effects(case, seen, counter),
         *_calls(case.calls, seen.calls),
         *(f"pairing: {p}" for p in pairing),
         *_finish_order(case, seen),
@@ -92,10 +103,12 @@ def _states(case: Case, seen: Observation) -> list[str]:
     return [f"state: expected {ARROW.join(case.states)}, got {got}{why}"]
 
 
-def _executions(expected: Mapping[str, int], counted: Mapping[str, int]) -> list[str]:
+def _executions(
+    expected: Mapping[str, int], counted: Mapping[str, int], counter: Counted
+) -> list[str]:
     return [
         f"executions of {tool}: expected {expected.get(tool, 0)}, "
-        f"the service counted {counted.get(tool, 0)}"
+        f"{counter.executions} {counted.get(tool, 0)}"
         for tool in sorted(set(expected) | set(counted))
         if expected.get(tool, 0) != counted.get(tool, 0)
     ]
@@ -106,13 +119,10 @@ def _before_approval(seen: Observation) -> list[str]:
     return [f"{tool} executed {n}× before it was approved" for tool, n in sorted(early.items())]
 
 
-def _effects(case: Case, seen: Observation) -> list[str]:
+def _effects(case: Case, seen: Observation, counter: Counted) -> list[str]:
     if seen.effects == case.effects:
         return []
-    return [
-        f"external effects: expected {case.effects} reservation(s), "
-        f"the booking service made {seen.effects}"
-    ]
+    return [counter.effects.format(case.effects, seen.effects)]
 
 
 def _calls(expected: tuple[CallExpectation, ...], seen: tuple[ObservedCall, ...]) -> list[str]:
@@ -123,6 +133,8 @@ def _calls(expected: tuple[CallExpectation, ...], seen: tuple[ObservedCall, ...]
     problems: list[str] = []
     for n, (want, call) in enumerate(zip(expected, seen, strict=True), start=1):
         where = f"call {n} ({call.tool})"
+        if want.decision and call.decision != want.decision:
+            problems.append(_changed_decision(where, want.decision, call))
         if call.state != want.state or call.code != want.code:
             problems.append(
                 f"{where}: expected {_outcome(want.state, want.code)}, "
@@ -135,6 +147,13 @@ def _calls(expected: tuple[CallExpectation, ...], seen: tuple[ObservedCall, ...]
         if want.reason and not any(want.reason in r for r in call.reasons):
             problems.append(f"{where}: no transition gives the reason {want.reason!r}")
     return problems
+
+
+def _changed_decision(where: str, decided: str, call: ObservedCall) -> str:
+    """The validator now decides ``call`` otherwise than it did: say what, and why now."""
+    why = call.code or next(iter(call.reasons), "")
+    now = f"{call.decision or 'undecided'}" + (f" ({why})" if why else "")
+    return f"{where} [{call.provider_call_id}]: the decision changed: {decided}, now {now}"
 
 
 def _outcome(state: str, code: str | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from redis.exceptions import RedisError
 
 from callgate.auth.deployment import signer_of
 from callgate.client import CallgateClient
-from callgate.decisions.desk import ApprovalDesk
+from callgate.decisions.desk import ApprovalDesk, DecisionKind
 from callgate.errors import CallgateError, NotFoundError
 from callgate.ops.conformance.catalogue import APPROVER, PAUSE, WRITE_IN_FLIGHT, Case, Then
 from callgate.ops.conformance.observation import Observation, ObservedCall
@@ -177,9 +178,16 @@ async def settle(client: CallgateClient, run_id: str, leaving: str | None) -> st
         await asyncio.sleep(POLL_S)
 
 
-async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER) -> int:
-    """Approve every call waiting for approval, as ``approver``, as `callgate approve` does;
-    returns how many.  Waits for the validator's verdict: a refused decision is an error."""
+Choice = Callable[[str], tuple[DecisionKind, str]]
+"""For a call id waiting for approval: what to decide, and who decides it."""
+
+
+async def approve(
+    client: CallgateClient, run_id: str, approver: str = APPROVER, choose: Choice | None = None
+) -> int:
+    """Decide every call waiting for approval — approve as ``approver``, or as ``choose`` says —
+    as `callgate approve` does; returns how many.  Waits for the validator's verdict: a refused
+    decision is an error."""
     desk = ApprovalDesk(client.redis, client.keys, client.ledger)
     view = await client.view(run_id)
     waiting = [c["call_id"] for c in view["calls"] if c["state"] == "needs_approval"]
@@ -189,14 +197,14 @@ async def approve(client: CallgateClient, run_id: str, approver: str = APPROVER)
             record = await client.ledger.get_approval(run_id, call.approval_id)
         if record is None:
             raise CallgateError(f"call {call.call_id} waits for approval but has no approval")
+        kind, person = choose(call.call_id) if choose else ("approve", approver)
         after = await desk.last_event_id(run_id)
-        message = await desk.post(
-            record, "approve", signer_of(client.settings, approver), reason="conformance"
-        )
+        signer = signer_of(client.settings, person)
+        message = await desk.post(record, kind, signer, reason="conformance")
         verdict = await desk.wait_outcome(message, after, timeout_s=VERDICT_TIMEOUT_S)
         if verdict is None or not verdict.applied:
             said = "no verdict" if verdict is None else f"{verdict.event}: {verdict.reason}"
-            raise CallgateError(f"{approver}'s approval of {call.call_id} was not applied ({said})")
+            raise CallgateError(f"{person}'s {kind} of {call.call_id} was not applied ({said})")
     return len(waiting)
 
 
@@ -279,6 +287,7 @@ def observed_calls(calls: list[dict[str, Any]], events: list[Event]) -> tuple[Ob
             result=c["result"],
             path=tuple(paths.get(c["call_id"], [])),
             reasons=tuple(reasons.get(c["call_id"], [])),
+            decision=c.get("decision"),
         )
         for c in calls
     )

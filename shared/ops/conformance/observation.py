@@ -26,6 +26,8 @@ class ObservedCall:
     """Every state it passed through, from ``requested`` on (its event log)."""
     reasons: tuple[str, ...] = ()
     """The reasons its transitions recorded."""
+    decision: str | None = None
+    """The validator's decision (allowed, needs_approval, rejected; None: never decided)."""
 
     @property
     def code(self) -> str | None:

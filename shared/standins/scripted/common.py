@@ -37,6 +37,8 @@ class CallSpec:
     arguments: str
     complete: bool = True
     """False for the call cut by a max-token truncation (its arguments end mid-JSON)."""
+    call_id: str | None = None
+    """The id to send (a recorded response's own); None: the wire mints one."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def call_ids(turn: Turn, fresh: Callable[[], str], missing: str | None = "") -> 
     if turn.id_mode == "duplicate":
         shared = fresh()
         return [shared for _ in turn.calls]
-    return [fresh() for _ in turn.calls]
+    return [c.call_id or fresh() for c in turn.calls]
 
 
 def text_fragments(text: str) -> list[str]:

@@ -22,7 +22,9 @@ Selection: the *first* step whose `when` matches answers. `when` keys (all must 
 user text). A step without `when` matches when `assistant_turns` equals its index. No match is a
 400 in the API's own envelope whose message says so.
 
-A step says `text`, `tool_calls` (name + arguments *object*; `repeat: N` emits that call N
+A step says what a `recorded` response said (`{"api": …, "response": <the body the ledger
+kept>}`, rendered in the protocol asked for, its call ids kept: `callgate cases run`), or
+`text`, `tool_calls` (name + arguments *object*; `repeat: N` emits that call N
 times, each with its own id — a flood) and/or `refusal`. In `text` and in
 string argument values, `{result:NAME}` is replaced by the content of the latest result of a
 call to NAME in the history, `{result:NAME#2}` by the second one, `{user}` by the latest user
@@ -125,6 +127,13 @@ class ToolCallSpec(_Strict):
     repeat: int = Field(default=1, ge=1, le=100_000)
 
 
+class Recorded(_Strict):
+    """A response the ledger kept (`callgate cases`), in the protocol it was recorded in."""
+
+    api: Literal["openai-responses", "openai-chat", "anthropic-messages"]
+    response: dict[str, Any]
+
+
 class Step(_Strict):
     name: str | None = None
     when: When | None = None
@@ -132,6 +141,8 @@ class Step(_Strict):
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
     refusal: str | None = None
     fault: Fault | list[Fault] | None = None
+    recorded: Recorded | None = None
+    """Say what this recorded response said, rendered in whichever protocol is asked."""
 
     def faults(self) -> list[Fault]:
         if self.fault is None:

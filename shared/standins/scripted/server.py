@@ -22,6 +22,7 @@ from aiohttp import web
 
 from callgate.standins.scripted.common import ApiError, Turn
 from callgate.standins.scripted.history import Conversation
+from callgate.standins.scripted.recorded import recorded_turn
 from callgate.standins.scripted.scenario import (
     AttemptCounter,
     Fault,
@@ -177,7 +178,11 @@ class ScriptedApp:
     ) -> web.StreamResponse:
         assert plan.scenario is not None and plan.step is not None and plan.conversation
         step = plan.scenario.steps[plan.step]
-        turn = build_turn(step, plan.conversation, plan.faults, plan.scenario.model)
+        model = plan.scenario.model
+        if step.recorded is not None:
+            turn = recorded_turn(step.recorded, model)
+        else:
+            turn = build_turn(step, plan.conversation, plan.faults, model)
         entry["status"] = 200
         _log_line(entry)
         if entry["stream"]:

@@ -22,6 +22,8 @@ from jiter import from_json
 from callgate.standins.scripted.common import (
     SSE,
     ApiError,
+    CallSpec,
+    Stop,
     Turn,
     anthropic_request_id,
     arg_fragments,
@@ -234,3 +236,23 @@ def render_stream(
         err = {"type": kind, "message": text}
         evs = [*evs[:error_after], {"type": "error", "error": err}]
     return [SSE(e["type"], e) for e in evs]
+
+
+_RECORDED_STOP: dict[str | None, Stop] = {"max_tokens": "max_tokens", "refusal": "refusal"}
+
+
+def recorded_turn(raw: dict[str, Any]) -> Turn:
+    """A recorded Messages body (what the ledger keeps of a turn) as the `Turn` it said."""
+    blocks = raw.get("content") or []
+    text = "".join(b.get("text") or "" for b in blocks if b.get("type") == "text")
+    calls = [
+        CallSpec(b["name"], orjson.dumps(b.get("input") or {}).decode(), True, b.get("id"))
+        for b in blocks
+        if b.get("type") == "tool_use"
+    ]
+    stop: Stop = _RECORDED_STOP.get(raw.get("stop_reason"), "tool_calls" if calls else "end")
+    if stop == "max_tokens" and calls:
+        calls[-1] = CallSpec(calls[-1].name, calls[-1].arguments, False, calls[-1].call_id)
+    details = raw.get("stop_details") or {}
+    refusal = (details.get("explanation") or "") if stop == "refusal" else None
+    return Turn(text=text, refusal=refusal, calls=tuple(calls), stop=stop)

@@ -16,6 +16,8 @@ from callgate.standins.scripted import openai_errors
 from callgate.standins.scripted.common import (
     SSE,
     ApiError,
+    CallSpec,
+    Stop,
     Turn,
     arg_fragments,
     call_ids,
@@ -167,3 +169,33 @@ def render_stream(turn: Turn, body: dict[str, Any], error_after: int | None) -> 
         failing = [*chunks[:error_after], {"error": openai_errors.stream_error_payload()}]
         return [SSE(None, c) for c in failing]
     return [*(SSE(None, c) for c in chunks), SSE(None, "[DONE]")]
+
+
+_RECORDED_STOP: dict[str | None, Stop] = {
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+def recorded_turn(raw: dict[str, Any]) -> Turn:
+    """A recorded Chat Completions body (what the ledger keeps of a turn) as its `Turn`."""
+    choice = (raw.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    stop: Stop | None = _RECORDED_STOP.get(choice.get("finish_reason"))
+    calls = [
+        CallSpec(
+            c["function"]["name"], c["function"].get("arguments") or "", True, c.get("id") or None
+        )
+        for c in message.get("tool_calls") or []
+    ]
+    if stop == "max_tokens" and calls:
+        calls[-1] = CallSpec(calls[-1].name, calls[-1].arguments, False, calls[-1].call_id)
+    refusal = message.get("refusal")
+    if refusal is not None:
+        stop = "refusal"
+    return Turn(
+        text=message.get("content") or "",
+        refusal=refusal,
+        calls=tuple(calls),
+        stop=stop or ("tool_calls" if calls else "end"),
+    )

@@ -13,6 +13,8 @@ from typing import Any
 from callgate.standins.scripted import openai_errors
 from callgate.standins.scripted.common import (
     ApiError,
+    CallSpec,
+    Stop,
     Turn,
     call_ids,
     input_tokens,
@@ -193,3 +195,30 @@ def final_response(turn: Turn, body: dict[str, Any], ids: Ids, created: int) -> 
 
 def render_json(turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
     return final_response(turn, body, Ids(turn), now_s())
+
+
+_RECORDED_STOP: dict[str | None, Stop] = {
+    "max_output_tokens": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+def recorded_turn(raw: dict[str, Any]) -> Turn:
+    """A recorded Responses body (what the ledger keeps of a turn) as the `Turn` it said."""
+    text, refusal, calls = "", None, []
+    for item in raw.get("output") or []:
+        if item.get("type") == "function_call":
+            complete = item.get("status") != "incomplete"
+            calls.append(
+                CallSpec(item["name"], item.get("arguments") or "", complete, item.get("call_id"))
+            )
+        elif item.get("type") == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "refusal":
+                    refusal = part.get("refusal") or ""
+                text += part.get("text") or ""
+    cut = (raw.get("incomplete_details") or {}).get("reason")
+    stop: Stop = _RECORDED_STOP.get(cut, "tool_calls" if calls else "end")
+    if refusal is not None:
+        stop = "refusal"
+    return Turn(text=text, refusal=refusal, calls=tuple(calls), stop=stop)

@@ -1,0 +1,1 @@
+"""`callgate cases`: a user's own recorded runs as regression cases (export, replay, check)."""
