@@ -61,14 +61,14 @@ async def run_export(args: argparse.Namespace) -> int:
     try:
         registry = load_registry(settings.tool_modules)
     except RegistryError as exc:
-        progress_to_stderr(f"callgate: {exc} — set CALLGATE_TOOL_MODULES as the workers have it")
+        progress_to_stderr(f"{exc} — set CALLGATE_TOOL_MODULES as the workers have it")
         return USAGE
 
     async def act(client: CallgateClient) -> int:
         try:
             case = await export_case(client, args.run_id, registry, args.name)
         except NotSettledError as exc:
-            progress_to_stderr(f"callgate: {exc}")
+            progress_to_stderr(f"{exc}")
             return CONFLICT
         path = save_case(case, args.out)
         print(f"wrote {path} ({len(case.turns)} turn(s), {len(case.calls)} call(s))")
@@ -82,7 +82,7 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         cases = load_cases(args.path)
     except CaseFileError as exc:
-        progress_to_stderr(f"callgate: {exc}")
+        progress_to_stderr(f"{exc}")
         return USAGE
     modules = tuple(m for m in (args.tools or "").split(",") if m) or Settings().tool_modules
     replay = Replay(args.api, args.live_reads, max(1, args.concurrency), args.timeout)
@@ -90,7 +90,7 @@ def run_replay(args: argparse.Namespace) -> int:
     try:
         verdicts = replay_folder(cases, modules, replay)
     except (*START_ERRORS, RegistryError) as exc:
-        progress_to_stderr(f"callgate: the replay could not run: {exc}")
+        progress_to_stderr(f"the replay could not run: {exc}")
         return ENDED
     elapsed_s = time.monotonic() - started
     if args.json:
