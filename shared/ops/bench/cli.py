@@ -31,6 +31,7 @@ from callgate.connect import CLUSTER_SCHEME, SENTINEL_SCHEME
 from callgate.envelopes import new_id
 from callgate.keys import Keys
 from callgate.ops.bench import (
+    cases,
     cluster,
     executors,
     http_api,
@@ -62,6 +63,7 @@ SCENARIOS = (
     "memory",
     "mcp",
     "http",
+    cases.NAME,
 )
 DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != cluster.NAME)
 """What runs without ``--scenario``: all but throughput-cluster, which starts a cluster of six
@@ -91,6 +93,8 @@ LATENCY, SMOKE_LATENCY = "bench-latency", "bench-three-turns"
 """The latency scenario: 50 round trips, or 2 in a smoke run."""
 INSTRUCTION_RUNS = 50
 """Runs the ``instructions`` scenario records and replays (about 2,200 steps)."""
+CASES = 100
+"""Recorded cases the ``cases`` scenario replays in one `callgate cases run`."""
 MCP_CALLS, MCP_SMOKE_CALLS = 500, 10
 """Reads per way in the ``mcp`` scenario."""
 
@@ -152,6 +156,8 @@ async def measure(opts: Options, redis_url: str) -> dict[str, dict[str, Any]]:
             summary["mcp"] = await mcp_read.measure(opts.mcp_calls, progress)
         if "http" in chosen:
             summary["http"] = await http_api.measure(redis_url, opts.api, opts.runs, progress)
+        if cases.NAME in chosen:
+            summary[cases.NAME] = await cases.measure(opts.api, min(opts.runs, CASES), progress)
     finally:
         await asyncio.to_thread(supervisor.stop_all)
         await delete_prefix(redis, prefix)

@@ -40,6 +40,7 @@ TARGETS: dict[str, Target] = {
     "redis_bytes_per_run": Target("memory.bytes_per_run", 20_480.0, True),
     "run_keys_left_after_retention": Target("memory.keys_left_after_retention", 0.0, True),
     "rss_growth": Target("memory.rss_growth_max", 0.10, True),
+    "cases_run_s": Target("cases.seconds", 30.0, True),
 }
 
 
@@ -200,6 +201,9 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("http", "api_runs_per_s", "runs submitted/s, POST /runs"),
     ("http", "sse_p50_ms", "SSE event, commit to client p50 (ms)"),
     ("http", "sse_p99_ms", "SSE event, commit to client p99 (ms)"),
+    ("cases", "cases", "recorded cases replayed by `cases run`"),
+    ("cases", "seconds", "  time, its deployment's start included (s)"),
+    ("cases", "differ", "  cases that differed"),
 )
 
 
