@@ -18,12 +18,12 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from callgate.errors import EnvelopeError
+from callgate.errors import EnvelopeError, NewerSchemaError
 from callgate.facts import CALLS_MAX, DecideFacts, ExecFacts
-from callgate.records import CallOutcome
+from callgate.records import LEDGER_SCHEMA, CallOutcome
 from callgate.telemetry.ids import TRACEPARENT_PATTERN
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = LEDGER_SCHEMA
 TURN_MAX = 1_000_000
 """Far above any run's turns (a spec allows 1,000; follow-ups add one each)."""
 ATTEMPT_MAX = 1_000
@@ -50,7 +50,7 @@ class EnvelopeBase(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     v: Literal[1] = 1
-    """Schema version; a reader rejects versions it does not know."""
+    """The ledger schema (`LEDGER_SCHEMA`); a newer one is refused (`decode`), failing nothing."""
     msg_id: str = Field(default_factory=new_id, min_length=1, max_length=64)
     """Unique id of this message, for tracing and dedup."""
     run_id: str = Field(min_length=1, max_length=128)
@@ -217,6 +217,14 @@ def encode(message: EnvelopeBase) -> bytes:
     return orjson.dumps(data)
 
 
+def _refuse_newer(data: bytes | str) -> None:
+    """Raise `NewerSchemaError` for a message of a newer schema (read only once it failed)."""
+    message = orjson.loads(data)
+    version = message.get("v") if isinstance(message, dict) else None
+    if type(version) is int and version > SCHEMA_VERSION:
+        raise NewerSchemaError(f"this {message.get('kind', 'message')}", version, SCHEMA_VERSION)
+
+
 def decode(data: bytes | str) -> Envelope:
     """Parse and strictly validate one message, or raise `EnvelopeError` with the reason.
 
@@ -227,6 +235,7 @@ def decode(data: bytes | str) -> Envelope:
     except ValidationError as exc:
         if any(e["type"] == "json_invalid" for e in exc.errors()):
             raise EnvelopeError(f"not JSON: {exc.errors()[0]['msg']}") from exc
+        _refuse_newer(data)
         errors = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
         )

@@ -5,6 +5,7 @@ from the error alone::
 
     CallgateError                  retryable=False unless stated
     ├── EnvelopeError              a stream message that is not a valid envelope
+    │   └── NewerSchemaError       a message or record of a newer ledger schema (refused)
     ├── TransitionError            a state change the state machine forbids
     ├── TxRejectedError            the ledger's script refused an op (a bug, never retried)
     ├── ConflictError              a compare-and-set lost ("already taken")
@@ -45,6 +46,17 @@ class CallgateError(Exception):
 
 class EnvelopeError(CallgateError):
     """A stream message failed decoding or validation; it goes to the dead-letter stream."""
+
+
+class NewerSchemaError(EnvelopeError):
+    """A message or record written by a newer callgate than this worker reads: it is
+    dead-lettered with this reason for a newer worker, and fails nothing (`LEDGER_SCHEMA`)."""
+
+    def __init__(self, what: str, version: object, known: int) -> None:
+        super().__init__(
+            f"{what} is of ledger schema {version}, newer than this worker reads (up to "
+            f"{known}): upgrade this worker; nothing was failed"
+        )
 
 
 class TransitionError(CallgateError):

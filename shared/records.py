@@ -6,6 +6,8 @@ field, so a partial update deletes it and absent reads back as None).
 
 Unknown hash fields (written by a newer version) are ignored on read; updates are partial
 HSETs, so an older reader never erases them.  Forward-compatible data belongs in ``extra``.
+A record carries the ledger schema it was written under (field ``v``; none: 1, as 0.1 wrote
+them); a reader refuses one newer than `LEDGER_SCHEMA` rather than misread it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from typing import Annotated, Any, Literal, Self
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from callgate.errors import NewerSchemaError
 from callgate.hash_fields import HashValue, decode_value, encode_value, kinds_of
 from callgate.states import CallState, RunState
 
+LEDGER_SCHEMA = 1
+"""The schema of every ledger record and stream message this version writes and reads.  A
+change a worker of the previous version would misread raises it, for records and messages
+alike (CHANGELOG says which release did); a worker refuses anything newer it meets
+(`NewerSchemaError`): dead-lettered for a newer worker, failing nothing."""
+SCHEMA_FIELD = "v"
 RAW_ARGUMENTS_MAX_BYTES = 16_384
 """The model's raw argument text is kept for audit, cut to this many UTF-8 bytes."""
 
@@ -91,13 +100,15 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def to_hash(self) -> dict[str, HashValue]:
-        """Every non-None field, encoded for HSET."""
+        """Every non-None field, encoded for HSET, and the schema it is written under."""
         kinds = kinds_of(type(self))
-        return {
+        fields: dict[str, HashValue] = {
             name: encode_value(kinds[name], value)
             for name, value in self.model_dump(mode="json").items()
             if value is not None
         }
+        fields[SCHEMA_FIELD] = str(LEDGER_SCHEMA)
+        return fields
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Self:
@@ -108,10 +119,19 @@ class _Record(BaseModel):
             name = k.decode() if isinstance(k, bytes) else k
             kind = kinds.get(name)
             if kind is None:
+                if name == SCHEMA_FIELD:
+                    refuse_newer(cls.__name__, v)
                 continue
             text = v.decode() if isinstance(v, bytes) else v
             data[name] = decode_value(kind, text)
         return cls.model_validate(data)
+
+
+def refuse_newer(what: str, version: bytes | str) -> None:
+    """Raise `NewerSchemaError` if ``version`` (a record's ``v``) is newer than this code reads."""
+    text = version.decode() if isinstance(version, bytes) else version
+    if not text.isdigit() or int(text) > LEDGER_SCHEMA:
+        raise NewerSchemaError(what, text, LEDGER_SCHEMA)
 
 
 class RunRecord(_Record):

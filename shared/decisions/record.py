@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from callgate.auth.tokens import VerifiedDecision
 from callgate.decisions.claims import ApprovalClaims
+from callgate.records import LEDGER_SCHEMA, SCHEMA_FIELD, refuse_newer
 
 ApprovalState = Literal["pending", "approved", "consumed", "denied", "expired", "withdrawn"]
 """``consumed``: approved, and its call taken to run (in the executor's take step), so the
@@ -52,10 +53,14 @@ class ApprovalRecord(BaseModel):
     """The signed decision itself, which the executor verifies again before dispatch."""
 
     def to_hash(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.model_dump().items() if v is not None}
+        fields = {k: str(v) for k, v in self.model_dump().items() if v is not None}
+        return {**fields, SCHEMA_FIELD: str(LEDGER_SCHEMA)}
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes, bytes]) -> ApprovalRecord:
+        version = raw.get(SCHEMA_FIELD.encode())
+        if version is not None:
+            refuse_newer(cls.__name__, version)
         return cls.model_validate({k.decode(): v.decode() for k, v in raw.items()})
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from callgate.config import Settings
 from callgate.crashpoints import crash_point
 from callgate.envelopes import Envelope, EnvelopeBase, decode
-from callgate.errors import CallgateError, EnvelopeError
+from callgate.errors import CallgateError, EnvelopeError, NewerSchemaError
 from callgate.keys import Keys, slot_of
 from callgate.ledger.tx import Tx
 from callgate.logs import log_fields
@@ -181,6 +181,10 @@ class MessageRunner:
     async def _failed(self, msg: Message, envelope: Envelope, exc: Exception) -> None:
         """Non-retryable: dead letter now; else leave pending until max_deliveries."""
         self.stats.failed += 1
+        if isinstance(exc, NewerSchemaError):
+            # For a newer worker: no hook sees it, so nothing acts on the run it names.
+            await self.dead(msg, None, exc.message)
+            return
         if isinstance(exc, CallgateError) and not exc.retryable:
             await self.dead(msg, envelope, f"{type(exc).__name__}: {exc.message}")
             return
