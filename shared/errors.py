@@ -52,10 +52,12 @@ class NewerSchemaError(EnvelopeError):
     """A message or record written by a newer callgate than this worker reads: it is
     dead-lettered with this reason for a newer worker, and fails nothing (`LEDGER_SCHEMA`)."""
 
-    def __init__(self, what: str, version: object, known: int) -> None:
+    def __init__(
+        self, what: str, version: object, known: int, then: str = "nothing was failed"
+    ) -> None:
         super().__init__(
             f"{what} is of ledger schema {version}, newer than this worker reads (up to "
-            f"{known}): upgrade this worker; nothing was failed"
+            f"{known}): upgrade this worker; {then}"
         )
 
 

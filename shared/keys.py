@@ -144,6 +144,11 @@ class Keys:
         processes, not runs."""
         return f"{self.prefix}:consumers:{group}"
 
+    def ledger_schema(self) -> str:
+        """The newest ledger schema a worker of this deployment has started with
+        (`callgate.ledger.schema`).  One key, no partition: it is the deployment's."""
+        return f"{self.prefix}:ledger_schema"
+
     def dead_letter(self, partition: int) -> str:
         return f"{self.tag(partition)}:dead"
 

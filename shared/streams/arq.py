@@ -33,6 +33,7 @@ from callgate.connect import redis_client
 from callgate.errors import AuthError, ConflictError, NotFoundError, RunSpecError
 from callgate.jobs import SERIALIZERS, redis_settings
 from callgate.keys import Keys
+from callgate.ledger.schema import join_ledger_schema
 from callgate.logs import log_fields
 from callgate.streams.arq_cluster import health_check_key, on_cluster, queue_pool
 from callgate.streams.arq_lease import LeasedWorker
@@ -108,6 +109,7 @@ def create_worker(
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         runtime = build_runtime(service, settings)
+        await join_ledger_schema(runtime.redis, runtime.keys)
         await open_tool_sources(runtime)
         ctx["runtime"] = runtime
 

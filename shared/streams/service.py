@@ -32,8 +32,15 @@ from callgate.envelopes import (
     ValidateRequest,
     home_stream,
 )
-from callgate.errors import DurabilityError, KeyFileError, TracingConfigError, TrustConfigError
+from callgate.errors import (
+    DurabilityError,
+    KeyFileError,
+    NewerSchemaError,
+    TracingConfigError,
+    TrustConfigError,
+)
 from callgate.keys import Keys
+from callgate.ledger.schema import join_ledger_schema
 from callgate.ledger.store import Ledger
 from callgate.logs import log_fields, setup_logging
 from callgate.states import RUN_TERMINAL, RunState
@@ -55,6 +62,7 @@ STARTUP_ERRORS = (
     TracingConfigError,
     StaleBuildError,
     DurabilityError,
+    NewerSchemaError,
 )
 """What a worker meets at start-up when the deployment's own files (or its Redis) are wrong."""
 START_FAILED = 2
@@ -209,6 +217,7 @@ def _bound_calls(envelope: EnvelopeBase) -> tuple[str, ...]:
 
 async def serve(spec: ServiceSpec, runtime: Runtime, *, burst: bool = False) -> int:
     """Run the service's stream loop until stopped (or drained, in burst mode)."""
+    await join_ledger_schema(runtime.redis, runtime.keys)
     await open_tool_sources(runtime)
     handler = traced(await spec.make_handler(runtime))  # itself unless tracing is on
     accepts = {
