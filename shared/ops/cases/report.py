@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from callgate.ops.cases.replay import Verdict
@@ -13,10 +14,11 @@ def render(verdicts: Sequence[Verdict], elapsed_s: float) -> str:
     lines = []
     for v in verdicts:
         mark = "✓" if v.cell.passed else "✗"
-        recorded = v.case.turns[0].sdk_version if v.case.turns else "no turn"
+        first = v.case.turns[0] if v.case.turns else None
+        recorded = f"{first.provider} {first.sdk_version}" if first else "no turn"
         lines.append(
-            f"{mark} {v.case.name}: recorded {v.case.api} (SDK {recorded}), "
-            f"replayed on {v.cell.api} as {v.run_id}; {v.writes} write(s) to the stub"
+            f"{mark} {v.case.name}: recorded {v.case.api} ({recorded}), replayed on "
+            f"{v.cell.api} ({sdk_of(v.cell.api)}) as {v.run_id}; {v.writes} write(s) to the stub"
         )
         lines.extend(f"    - {problem}" for problem in v.cell.problems)
     differ = sum(not v.cell.passed for v in verdicts)
@@ -25,6 +27,15 @@ def render(verdicts: Sequence[Verdict], elapsed_s: float) -> str:
         + (f"{differ} differ" if differ else "every one replayed the same")
     )
     return "\n".join(lines)
+
+
+def sdk_of(api: str) -> str:
+    """The SDK a replay on ``api`` went through, as installed here: the upgrade it tests."""
+    distribution = "anthropic" if api.startswith("anthropic") else "openai"
+    try:
+        return f"{distribution} {version(distribution)}"
+    except PackageNotFoundError:
+        return f"{distribution} not installed"
 
 
 def to_json(verdicts: Sequence[Verdict]) -> dict[str, Any]:
