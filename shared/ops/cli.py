@@ -50,6 +50,7 @@ from callgate.runspec import parse_spec
 
 COMMAND_MODULES = (
     "callgate.ops.inspect_cli",
+    "callgate.ops.requeue_cli",
     "callgate.ops.approvals_cli",
     "callgate.ops.keys_cli",
     "callgate.ops.control_cli",

@@ -6,12 +6,15 @@ with a reason that says what to do — and nothing is failed, decided or run on 
   the same approval as schema 1 then applies.
 * the run record marked schema 2 (what a newer worker would write) makes the validator refuse
   carol's genuine schema-1 approval: dead-lettered with the record's reason, the run neither
-  failed nor moved, the call not approved.
+  failed nor moved, the call not approved; once the record reads again (as after the workers'
+  upgrade), `callgate requeue` puts the approval back and the run completes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -27,14 +30,14 @@ pytestmark = pytest.mark.slow
 NEWER = LEDGER_SCHEMA + 1
 
 
-async def dead_letter_for(deployment: Deployment, message_id: str) -> str:
-    """The reason the dead letter of the message ``message_id`` gives, once it is written."""
+async def dead_letter_for(deployment: Deployment, message_id: str) -> tuple[str, str]:
+    """(entry id, reason) of the message ``message_id``'s dead letter, once it is written."""
     redis = aioredis.Redis.from_url(deployment.settings.redis_url)
     try:
         for _ in range(600):
-            for _, fields in await redis.xrevrange(deployment.keys.dead_letter(0), count=50):
+            for entry, fields in await redis.xrevrange(deployment.keys.dead_letter(0), count=50):
                 if fields.get(b"d") and orjson.loads(fields[b"d"]).get("msg_id") == message_id:
-                    return fields[b"reason"].decode()
+                    return entry.decode(), fields[b"reason"].decode()
             await asyncio.sleep(0.05)
     finally:
         await redis.aclose()
@@ -67,7 +70,7 @@ async def test_a_newer_message_is_refused_and_fails_nothing(fresh: Deployment) -
 
     await fresh.post_raw("decisions", waiting.run_id, orjson.dumps(newer))
 
-    reason = await dead_letter_for(fresh, genuine.msg_id)
+    _, reason = await dead_letter_for(fresh, genuine.msg_id)
     assert reason == (
         f"this decision is of ledger schema {NEWER}, newer than this worker reads (up to "
         f"{LEDGER_SCHEMA}): upgrade this worker; nothing was failed"
@@ -91,8 +94,24 @@ async def test_a_newer_run_record_is_refused_and_the_run_is_not_failed(fresh: De
 
     await fresh.post("decisions", approval)
 
-    reason = await dead_letter_for(fresh, approval.msg_id)
+    dead, reason = await dead_letter_for(fresh, approval.msg_id)
     assert reason.startswith(f"RunRecord is of ledger schema {NEWER}, newer than this worker")
     assert await record_fields(fresh, run_key, "status") == ["paused_approval"]
     call = fresh.keys.call(waiting.run_id, waiting.call_id)
     assert await record_fields(fresh, call, "state") == ["needs_approval"]
+
+    # The workers now read the record (as once upgraded): the operator puts the approval back.
+    redis = aioredis.Redis.from_url(fresh.settings.redis_url)
+    try:
+        await redis.hset(run_key, "v", LEDGER_SCHEMA)
+    finally:
+        await redis.aclose()
+    requeued = subprocess.run(
+        [sys.executable, "-m", "callgate.ops.cli", "requeue", dead],
+        env={**fresh.system.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert requeued.returncode == 0 and requeued.stdout == f"requeued {dead}\n", requeued.stderr
+    assert await moved_on(fresh, waiting.run_id) == "completed"

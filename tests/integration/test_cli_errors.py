@@ -167,3 +167,10 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert CONTRACT in capsys.readouterr().out
     assert "4  paused waiting for a person" in CONTRACT
     assert "5  cannot reach Redis" in CONTRACT
+
+
+def test_requeueing_what_is_no_dead_letter_is_one_line_exit_3(
+    deployment: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["requeue", "1-1"]) == 3
+    assert _one_line(capsys) == "callgate: no dead letter 1-1"
