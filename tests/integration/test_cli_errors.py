@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from callgate.client import CallgateClient
 from callgate.config import Settings
 from callgate.ops.cli import main
 from callgate.ops.embedded_redis import free_port
@@ -174,3 +175,35 @@ def test_requeueing_what_is_no_dead_letter_is_one_line_exit_3(
 ) -> None:
     assert main(["requeue", "1-1"]) == 3
     assert _one_line(capsys) == "callgate: no dead letter 1-1"
+
+
+def test_a_missing_or_foreign_case_file_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cases", "run", str(tmp_path / "nope")]) == 2
+    assert _one_line(capsys) == f"callgate: {tmp_path / 'nope'}: no such file or folder"
+    assert main(["cases", "run", str(tmp_path)]) == 2
+    assert _one_line(capsys) == f"callgate: {tmp_path}: no *.json case files in it"
+    (tmp_path / "other.json").write_text('{"format": "callgate-case/9"}')
+    assert main(["cases", "run", str(tmp_path)]) == 2
+    assert _one_line(capsys).startswith(f"callgate: {tmp_path / 'other.json'}: not a case file: ")
+
+
+def test_exporting_no_such_run_or_one_still_moving_is_exit_3(
+    deployment: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cases", "export", "nope", "--out", str(tmp_path)]) == 3
+    assert _one_line(capsys) == "callgate: no run nope"
+
+    async def queued() -> str:
+        async with CallgateClient(deployment) as client:
+            spec = {"api": "openai-chat", "model": "m", "input": "hi", "allowed_tools": []}
+            return await client.submit({**spec, "identity": {"user": "alice"}})
+
+    run_id = asyncio.run(queued())
+    asyncio.run(drain(deployment))  # the ingress creates it; no model turn takes it on
+    assert main(["cases", "export", run_id, "--out", str(tmp_path)]) == 3
+    assert _one_line(capsys) == (
+        f"callgate: run {run_id} is awaiting_model: export it once it is paused or has ended"
+    )
+    assert not list(tmp_path.iterdir())
