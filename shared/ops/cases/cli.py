@@ -30,6 +30,7 @@ from callgate.ops.cases.casefile import Case, CaseFileError, load_cases, save_ca
 from callgate.ops.cases.export import NotSettledError, export_case
 from callgate.ops.cases.replay import Replay, Verdict, replay_cases, replay_spec
 from callgate.ops.cases.report import render, to_json
+from callgate.ops.conformance.cli import positive
 from callgate.ops.exits import CONFLICT, ENDED, OK, USAGE, with_client
 from callgate.ops.run_options import APIS
 from callgate.ops.stack import progress_to_stderr, sigterm_as_interrupt
@@ -51,8 +52,12 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     rerun.add_argument("--live-reads", action="store_true", help="reads call the live tools")
     rerun.add_argument("--tools", help="tool modules, comma-separated (default: the settings')")
     rerun.add_argument("--json", action="store_true", help="print the verdicts as JSON")
-    rerun.add_argument("--concurrency", type=int, default=8, help="cases at once (default 8)")
-    rerun.add_argument("--timeout", type=float, default=60.0, help="seconds a case may take")
+    rerun.add_argument(
+        "--concurrency", type=positive(int), default=8, help="cases at once (default 8)"
+    )
+    rerun.add_argument(
+        "--timeout", type=positive(float), default=60.0, help="seconds a case may take (60)"
+    )
     rerun.set_defaults(handler=run_replay)
 
 
@@ -85,7 +90,7 @@ def run_replay(args: argparse.Namespace) -> int:
         progress_to_stderr(f"{exc}")
         return USAGE
     modules = tuple(m for m in (args.tools or "").split(",") if m) or Settings().tool_modules
-    replay = Replay(args.api, args.live_reads, max(1, args.concurrency), args.timeout)
+    replay = Replay(args.api, args.live_reads, args.concurrency, args.timeout)
     started = time.monotonic()
     try:
         verdicts = replay_folder(cases, modules, replay)

@@ -51,18 +51,18 @@ def add_command(subparsers: Any) -> None:
     )
     cmd.add_argument("--json", action="store_true", help="print the cells as JSON")
     cmd.add_argument(
-        "--concurrency", type=_positive(int), default=8, help="cells in flight at once (default 8)"
+        "--concurrency", type=positive(int), default=8, help="cells in flight at once (default 8)"
     )
     cmd.add_argument(
         "--timeout",
-        type=_positive(float),
+        type=positive(float),
         default=90.0,
         help="seconds one cell may take (default 90)",
     )
     cmd.set_defaults(handler=run)
 
 
-def _positive(kind: Callable[[str], N]) -> Callable[[str], N]:
+def positive(kind: Callable[[str], N]) -> Callable[[str], N]:
     def parse(text: str) -> N:
         try:
             value = kind(text)
