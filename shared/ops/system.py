@@ -98,6 +98,9 @@ class SystemSpec:
     """Extra environment for every child (settings such as CALLGATE_APPROVERS)."""
     worker_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Extra environment per worker kind (e.g. crash points for one kind only)."""
+    python: str | None = None
+    """The interpreter the workers run under (None: this one).  The upgrade test gives an
+    earlier release's venv, to leave that release's workers and runs on the same Redis."""
     grace_s: float = 5.0
 
 
@@ -258,8 +261,11 @@ class LocalSystem:
                 continue
             names = [kind] if count == 1 else [f"{kind}-{i}" for i in range(1, count + 1)]
             env = {**self.env, **self.spec.worker_env.get(kind, {})}
+            argv = worker_argv(kind)
+            if self.spec.python is not None:
+                argv[0] = self.spec.python
             for name in names:
-                self.supervisor.start(name, worker_argv(kind), env)
+                self.supervisor.start(name, argv, env)
             self.workers[kind] = names
         self.progress(f"workers: {', '.join(n for ns in self.workers.values() for n in ns)}")
         return self.workers
