@@ -91,7 +91,7 @@ def replay_spec(folder: Path, tool_modules: Sequence[str], replay: Replay) -> Sy
 
 
 async def replay_cases(
-    settings_client: CallgateClient,
+    client: CallgateClient,
     model_url: str,
     folder: Path,
     cases: Sequence[Case],
@@ -106,7 +106,7 @@ async def replay_cases(
 
         async def one(n: int, case: Case) -> None:
             async with gate:
-                verdict = await replay_case(settings_client, probes, folder, case, replay)
+                verdict = await replay_case(client, probes, folder, case, replay)
             done[n] = verdict
             mark = "✓" if verdict.cell.passed else "✗"
             count = sum(v is not None for v in done)
@@ -132,7 +132,8 @@ async def replay_case(
             await client.submit(_spec(case, api, run_id))
             await _drive(client, case, run_id, states)
     except TimeoutError:
-        error = f"gave up after {replay.timeout_s:g}s (last state: {states[-1:] or 'none'})"
+        last = states[-1] if states else "none settled"
+        error = f"gave up after {replay.timeout_s:g}s (last state: {last})"
     except UNREACHABLE as exc:
         error = f"{type(exc).__name__}: {exc}"
     seen = await _observe(client, probes, folder, run_id, states, error)
