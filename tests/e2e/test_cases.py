@@ -7,6 +7,8 @@ replayed through a fresh deployment by the CLI.
   request from any replay.
 * The same case with the recorded reservation's ``event_id`` edited to an invalid value replays
   differently, and the difference names the call and its changed decision.
+* The upgrade drill: cases recorded under the lowest supported SDKs (``tests/e2e/cases``, made
+  with `constraints/lowest.txt`) replay the same through the SDKs installed now.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from packaging.version import Version
 
 from callgate.client import CallgateClient
 from callgate.ops.conformance.drive import approve
@@ -29,6 +33,8 @@ from tests.e2e.people import APIS, connected, deployment, http, until
 pytestmark = pytest.mark.slow
 
 SCENARIOS = Path(__file__).parent / "scenarios"
+RECORDED = Path(__file__).parent / "cases"
+"""The lab run on each protocol, recorded under openai 3.38.0 and anthropic 2.5.0."""
 WORKSHOP = "callgate.standins.demo.workshop"
 
 
@@ -126,3 +132,19 @@ async def test_an_edited_argument_is_a_changed_decision_named_by_call(
         f"call 2 (reserve_seat) [{reserve['call_id']}]: the decision changed: needs_approval, "
         "now rejected (invalid_arguments)"
     ) in verdict["differences"], verdict["differences"]
+
+
+def test_cases_recorded_under_older_sdks_replay_the_same_through_the_installed_ones(
+    system: LocalSystem,
+) -> None:
+    recorded = {path.stem: orjson.loads(path.read_bytes()) for path in RECORDED.glob("*.json")}
+    assert len(recorded) == len(APIS)
+
+    code, verdicts = replay(system, RECORDED)
+
+    assert code == 0, verdicts
+    for verdict in verdicts["cases"]:
+        assert verdict["passed"] and verdict["writes_to_stub"] == 1, verdict
+        turn = recorded[verdict["name"]]["turns"][0]
+        older, installed = Version(turn["sdk_version"]), Version(version(turn["provider"]))
+        assert older < installed, (verdict["name"], older, installed)
