@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 
 from callgate.envelopes import encode
 from callgate.records import LEDGER_SCHEMA
+from callgate.states import RUN_TERMINAL
 from tests.chaos.conftest import Deployment
 from tests.chaos.test_hostile_approvals import pending, signed
 
@@ -55,13 +56,13 @@ def message_id_of(raw: bytes) -> object:
 
 
 async def moved_on(deployment: Deployment, run_id: str) -> str:
-    """The state the run settles in after leaving ``paused_approval``."""
+    """The state the run ends in, once it has left ``paused_approval``."""
     for _ in range(600):
         view = await deployment.settle(run_id)
-        if view["status"] != "paused_approval":
+        if view["status"] in RUN_TERMINAL:
             return str(view["status"])
         await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} is still paused for approval")
+    raise AssertionError(f"run {run_id} did not end: {view['status']}")
 
 
 async def record_fields(deployment: Deployment, key: str, *names: str) -> list[str | None]:
